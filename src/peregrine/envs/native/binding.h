@@ -1,0 +1,742 @@
+/*
+ * binding.h -- the one generic CPython binding for every native env.
+ *
+ * An env's extension module is three lines:
+ *     #define ENV_MODULE_IDENT _cartpole
+ *     #include "cartpole.h"
+ *     #include "binding.h"
+ * and binding.h turns the env header (see pg_env.h for the contract) into a
+ * module exposing:
+ *     config_fields()  -> ((name, default, min, max, is_integer), ...)
+ *     stat_names()     -> (name, ...)
+ *     describe(config) -> dict of dimensions for that config (validates it)
+ *     Batch(config, num_envs, num_threads, observations, final_observations,
+ *           actions, rewards, terminals, truncations, masks)
+ *         .seed(seed) .reset() .step(actions=None) .stats(clear)
+ *         .get_state(i) .set_state(i, values) .state_size .num_threads
+ *
+ * Buffers arrive through the buffer protocol (no NumPy C API, so one build
+ * works with NumPy 1.26 and 2.x); their format, size, contiguity and
+ * writability are checked here and the views are held for the Batch's life.
+ * step() and reset() release the GIL and split the instances across a
+ * persistent pool of pthreads; each instance owns its RNG and statistics row,
+ * so results are bitwise identical for every thread count.
+ */
+#ifndef PEREGRINE_BINDING_H
+#define PEREGRINE_BINDING_H
+
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "pg_env.h"
+
+#ifndef ENV_MODULE_IDENT
+#error "define ENV_MODULE_IDENT (e.g. _cartpole) before including binding.h"
+#endif
+#define PG_STR_(x) #x
+#define PG_STR(x) PG_STR_(x)
+#define ENV_MODULE_NAME PG_STR(ENV_MODULE_IDENT)
+
+/* ---- config and stats tables from the env's X-macros ---------------------- */
+
+typedef struct {
+    const char *name;
+    double default_value, min_value, max_value;
+    int is_integer;
+} PgConfigField;
+
+#define PG_CONFIG_ROW(name, def, lo, hi, is_int) {#name, (def), (lo), (hi), (is_int)},
+static const PgConfigField pg_config_fields[] = {ENV_CONFIG(PG_CONFIG_ROW)};
+#undef PG_CONFIG_ROW
+#define PG_NUM_CONFIG ((int)(sizeof(pg_config_fields) / sizeof(pg_config_fields[0])))
+
+#define PG_STAT_ROW(name) #name,
+static const char *pg_stat_names[] = {ENV_STATS(PG_STAT_ROW)};
+#undef PG_STAT_ROW
+#define PG_NUM_STATS ((int)(sizeof(pg_stat_names) / sizeof(pg_stat_names[0])))
+
+#define PG_MAX_THREADS 256
+#define PG_RANGE_ALIGN 16 /* instances per SIMD/cache-friendly block */
+
+/* Reads a Python sequence of numbers into config[], checking every field. */
+static int pg_read_config(PyObject *seq, double *config) {
+    PyObject *fast = PySequence_Fast(seq, "config must be a sequence of numbers");
+    if (!fast) return -1;
+    Py_ssize_t n = PySequence_Fast_GET_SIZE(fast);
+    if (n != PG_NUM_CONFIG) {
+        PyErr_Format(PyExc_ValueError, "config has %zd values, %s expects %d", n,
+                     ENV_MODULE_NAME, PG_NUM_CONFIG);
+        Py_DECREF(fast);
+        return -1;
+    }
+    for (int i = 0; i < PG_NUM_CONFIG; i++) {
+        const PgConfigField *f = &pg_config_fields[i];
+        double v = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1.0 && PyErr_Occurred()) {
+            PyErr_Format(PyExc_ValueError, "config field '%s' must be a number", f->name);
+            Py_DECREF(fast);
+            return -1;
+        }
+        char message[256];
+        if (!(v >= f->min_value && v <= f->max_value)) { /* also refuses NaN */
+            snprintf(message, sizeof(message), "config field '%s' = %g must be in [%g, %g]",
+                     f->name, v, f->min_value, f->max_value);
+            PyErr_SetString(PyExc_ValueError, message);
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (f->is_integer && v != floor(v)) {
+            snprintf(message, sizeof(message), "config field '%s' = %g must be an integer",
+                     f->name, v);
+            PyErr_SetString(PyExc_ValueError, message);
+            Py_DECREF(fast);
+            return -1;
+        }
+        config[i] = v;
+    }
+    Py_DECREF(fast);
+    return 0;
+}
+
+/* ---- thread pool --------------------------------------------------------- */
+
+typedef struct {
+    pthread_t threads[PG_MAX_THREADS];
+    int num_threads; /* including the calling thread */
+    int started;     /* worker threads actually created */
+    pid_t owner_pid; /* a forked child has no workers: it runs serially */
+    Env *env;
+    int op; /* 0 = step, 1 = reset */
+    int num_envs;
+    atomic_ulong generation;
+    atomic_int remaining;
+    atomic_int sleepers;
+    atomic_int stop;
+    pthread_mutex_t mutex;
+    pthread_cond_t cond;
+} PgPool;
+
+typedef struct {
+    PgPool *pool;
+    int index;
+} PgWorkerArg;
+
+static void pg_range(int num_envs, int num_threads, int index, int *start, int *end) {
+    int per = (num_envs + num_threads - 1) / num_threads;
+    per = (per + PG_RANGE_ALIGN - 1) / PG_RANGE_ALIGN * PG_RANGE_ALIGN;
+    long s = (long)per * index, e = s + per;
+    if (s > num_envs) s = num_envs;
+    if (e > num_envs) e = num_envs;
+    *start = (int)s;
+    *end = (int)e;
+}
+
+static void pg_run_range(Env *env, int op, int start, int end) {
+    if (start >= end) return;
+    if (op == 0) env_step(env, start, end);
+    else env_reset(env, start, end);
+}
+
+static inline void pg_cpu_relax(void) {
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static double pg_now_seconds(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Workers spin this long for the next step before sleeping on the condvar:
+ * back-to-back steps wake instantly, an idle pool costs no CPU. */
+#define PG_SPIN_SECONDS 50e-6
+
+static void *pg_worker_main(void *raw) {
+    PgWorkerArg *arg = (PgWorkerArg *)raw;
+    PgPool *pool = arg->pool;
+    int index = arg->index;
+    free(arg);
+    /* The pool was created at generation 0, before any worker existed; reading
+     * the counter here instead would miss a job posted before this thread ran. */
+    unsigned long seen = 0;
+    for (;;) {
+        double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
+        int spins = 0;
+        while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop)) {
+            pg_cpu_relax();
+            if (++spins % 64 == 0 && pg_now_seconds() > spin_until) {
+                pthread_mutex_lock(&pool->mutex);
+                atomic_fetch_add(&pool->sleepers, 1);
+                while (atomic_load(&pool->generation) == seen && !atomic_load(&pool->stop))
+                    pthread_cond_wait(&pool->cond, &pool->mutex);
+                atomic_fetch_sub(&pool->sleepers, 1);
+                pthread_mutex_unlock(&pool->mutex);
+            }
+        }
+        if (atomic_load(&pool->stop)) return NULL;
+        seen = atomic_load(&pool->generation);
+        int start, end;
+        pg_range(pool->num_envs, pool->num_threads, index, &start, &end);
+        pg_run_range(pool->env, pool->op, start, end);
+        atomic_fetch_sub(&pool->remaining, 1);
+    }
+}
+
+/* Runs op over every instance; called with the GIL released. */
+static void pg_pool_run(PgPool *pool, int op) {
+    if (pool->started == 0 || pool->owner_pid != getpid()) {
+        pg_run_range(pool->env, op, 0, pool->num_envs);
+        return;
+    }
+    pool->op = op;
+    atomic_store(&pool->remaining, pool->started);
+    atomic_fetch_add(&pool->generation, 1);
+    if (atomic_load(&pool->sleepers) > 0) {
+        pthread_mutex_lock(&pool->mutex);
+        pthread_cond_broadcast(&pool->cond);
+        pthread_mutex_unlock(&pool->mutex);
+    }
+    int start, end;
+    pg_range(pool->num_envs, pool->num_threads, 0, &start, &end);
+    pg_run_range(pool->env, op, start, end);
+    while (atomic_load(&pool->remaining) > 0) pg_cpu_relax();
+}
+
+static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) {
+    memset(pool, 0, sizeof(*pool));
+    pool->env = env;
+    pool->num_envs = num_envs;
+    pool->num_threads = num_threads;
+    pool->owner_pid = getpid();
+    pthread_mutex_init(&pool->mutex, NULL);
+    pthread_cond_init(&pool->cond, NULL);
+    for (int i = 1; i < num_threads; i++) {
+        PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
+        if (!arg) return -1;
+        arg->pool = pool;
+        arg->index = i;
+        if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
+            free(arg);
+            return -1;
+        }
+        pool->started++;
+    }
+    return 0;
+}
+
+static void pg_pool_stop(PgPool *pool) {
+    if (pool->owner_pid == getpid() && pool->started > 0) {
+        pthread_mutex_lock(&pool->mutex);
+        atomic_store(&pool->stop, 1);
+        pthread_cond_broadcast(&pool->cond);
+        pthread_mutex_unlock(&pool->mutex);
+        for (int i = 0; i < pool->started; i++) pthread_join(pool->threads[i], NULL);
+    }
+    pool->started = 0;
+}
+
+/* ---- buffers -------------------------------------------------------------- */
+
+/* kind: 'f' float32, 'i' int32, 'B' uint8/bool */
+static int pg_format_matches(const char *format, char kind) {
+    if (!format) return kind == 'B';
+    if (*format == '@' || *format == '=' || *format == '<') format++;
+    if (format[0] == '\0' || format[1] != '\0') return 0;
+    char c = format[0];
+    switch (kind) {
+    case 'f': return c == 'f';
+    case 'i': return c == 'i' || (c == 'l' && sizeof(long) == 4);
+    case 'B': return c == 'B' || c == '?' || c == 'b';
+    }
+    return 0;
+}
+
+static int pg_get_buffer(PyObject *obj, Py_buffer *view, const char *name, char kind,
+                         Py_ssize_t count, int writable) {
+    int flags = PyBUF_C_CONTIGUOUS | PyBUF_FORMAT | (writable ? PyBUF_WRITABLE : 0);
+    if (PyObject_GetBuffer(obj, view, flags) != 0) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "%s must be a C-contiguous%s buffer (a NumPy array)",
+                     name, writable ? ", writable" : "");
+        return -1;
+    }
+    Py_ssize_t itemsize = kind == 'B' ? 1 : 4;
+    if (view->itemsize != itemsize || !pg_format_matches(view->format, kind)) {
+        PyErr_Format(PyExc_ValueError, "%s has element format '%s', expected %s", name,
+                     view->format ? view->format : "B",
+                     kind == 'f' ? "float32" : kind == 'i' ? "int32" : "uint8/bool");
+        PyBuffer_Release(view);
+        return -1;
+    }
+    if (view->len != count * itemsize) {
+        PyErr_Format(PyExc_ValueError, "%s holds %zd elements, expected %zd", name,
+                     view->len / itemsize, count);
+        PyBuffer_Release(view);
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- the Batch type ------------------------------------------------------- */
+
+enum { PG_BUF_OBS, PG_BUF_FINAL_OBS, PG_BUF_ACTIONS, PG_BUF_REWARDS, PG_BUF_TERMINALS,
+       PG_BUF_TRUNCATIONS, PG_BUF_MASKS, PG_NUM_BUFFERS };
+static const char *pg_buffer_names[PG_NUM_BUFFERS] = {
+    "observations", "final_observations", "actions", "rewards", "terminals",
+    "truncations", "masks"};
+
+typedef struct {
+    PyObject_HEAD
+    Env *env;
+    PgPool *pool;
+    Py_buffer views[PG_NUM_BUFFERS];
+    int have_view[PG_NUM_BUFFERS];
+    int initialised;
+    atomic_int busy;
+} PgBatchObject;
+
+static long pg_action_count(const PgBatch *pg) {
+    long rows = (long)pg->num_envs * pg->agents_per_env;
+    return pg->action_kind == PG_ACTION_DISCRETE ? rows : rows * pg->action_dim;
+}
+
+/* Builds an Env for `config`; on failure sets a Python error and returns NULL. */
+static Env *pg_env_new(const double *config, int num_envs) {
+    Env *env = (Env *)calloc(1, sizeof(Env));
+    if (!env) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    env->pg.num_envs = num_envs;
+    env->pg.num_stats = PG_NUM_STATS;
+    char err[512] = {0};
+    if (env_init(env, config, err, sizeof(err)) != 0) {
+        PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid config");
+        env_free(env);
+        free(env);
+        return NULL;
+    }
+    PgBatch *pg = &env->pg;
+    if (pg->obs_dim < 1 || pg->agents_per_env < 1 || pg->action_dim < 1 ||
+        pg->action_dim > PG_MAX_ACTION_DIM) {
+        PyErr_SetString(PyExc_RuntimeError, "env_init produced invalid dimensions");
+        env_free(env);
+        free(env);
+        return NULL;
+    }
+    return env;
+}
+
+static void pg_batch_release(PgBatchObject *self) {
+    if (self->pool) {
+        pg_pool_stop(self->pool);
+        pthread_mutex_destroy(&self->pool->mutex);
+        pthread_cond_destroy(&self->pool->cond);
+        free(self->pool);
+        self->pool = NULL;
+    }
+    if (self->env) {
+        env_free(self->env);
+        free(self->env->pg.rng);
+        free(self->env->pg.stats);
+        free(self->env);
+        self->env = NULL;
+    }
+    for (int i = 0; i < PG_NUM_BUFFERS; i++) {
+        if (self->have_view[i]) PyBuffer_Release(&self->views[i]);
+        self->have_view[i] = 0;
+    }
+    self->initialised = 0;
+}
+
+static void pg_batch_dealloc(PgBatchObject *self) {
+    pg_batch_release(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int pg_batch_init(PgBatchObject *self, PyObject *args, PyObject *kwargs) {
+    static char *kwlist[] = {"config", "num_envs", "num_threads", "observations",
+                             "final_observations", "actions", "rewards", "terminals",
+                             "truncations", "masks", NULL};
+    PyObject *config_obj, *objs[PG_NUM_BUFFERS];
+    int num_envs, num_threads;
+    if (self->initialised) {
+        PyErr_SetString(PyExc_RuntimeError, "Batch is already initialised");
+        return -1;
+    }
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OiiOOOOOOO", kwlist, &config_obj,
+                                     &num_envs, &num_threads, &objs[0], &objs[1], &objs[2],
+                                     &objs[3], &objs[4], &objs[5], &objs[6]))
+        return -1;
+    if (num_envs < 1 || num_envs > (1 << 26)) {
+        PyErr_Format(PyExc_ValueError, "num_envs = %d must be in [1, %d]", num_envs, 1 << 26);
+        return -1;
+    }
+    if (num_threads < 1 || num_threads > PG_MAX_THREADS) {
+        PyErr_Format(PyExc_ValueError, "num_threads = %d must be in [1, %d]", num_threads,
+                     PG_MAX_THREADS);
+        return -1;
+    }
+    double config[PG_NUM_CONFIG];
+    if (pg_read_config(config_obj, config) != 0) return -1;
+    Env *env = pg_env_new(config, num_envs);
+    if (!env) return -1;
+    self->env = env;
+    PgBatch *pg = &env->pg;
+    pg->rng = (uint64_t *)calloc((size_t)num_envs, sizeof(uint64_t));
+    pg->stats = (double *)calloc((size_t)num_envs * (1 + 2 * PG_NUM_STATS), sizeof(double));
+    if (!pg->rng || !pg->stats) {
+        pg_batch_release(self);
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t rows = (Py_ssize_t)num_envs * pg->agents_per_env;
+    Py_ssize_t counts[PG_NUM_BUFFERS] = {rows * pg->obs_dim, rows * pg->obs_dim,
+                                         pg_action_count(pg), rows, rows, rows, rows};
+    char obs_kind = pg->obs_is_uint8 ? 'B' : 'f';
+    char kinds[PG_NUM_BUFFERS] = {obs_kind, obs_kind,
+                                  pg->action_kind == PG_ACTION_CONTINUOUS ? 'f' : 'i',
+                                  'f', 'B', 'B', 'B'};
+    for (int i = 0; i < PG_NUM_BUFFERS; i++) {
+        if (pg_get_buffer(objs[i], &self->views[i], pg_buffer_names[i], kinds[i], counts[i],
+                          1) != 0) {
+            pg_batch_release(self);
+            return -1;
+        }
+        self->have_view[i] = 1;
+    }
+    pg->observations = self->views[PG_BUF_OBS].buf;
+    pg->final_observations = self->views[PG_BUF_FINAL_OBS].buf;
+    pg->actions = self->views[PG_BUF_ACTIONS].buf;
+    pg->rewards = (float *)self->views[PG_BUF_REWARDS].buf;
+    pg->terminals = (uint8_t *)self->views[PG_BUF_TERMINALS].buf;
+    pg->truncations = (uint8_t *)self->views[PG_BUF_TRUNCATIONS].buf;
+    pg->masks = (uint8_t *)self->views[PG_BUF_MASKS].buf;
+    memset(pg->masks, 1, (size_t)rows);
+    for (int i = 0; i < num_envs; i++) pg->rng[i] = pg_seed_instance(0, (uint64_t)i);
+
+    self->pool = (PgPool *)calloc(1, sizeof(PgPool));
+    if (!self->pool || pg_pool_start(self->pool, env, num_envs, num_threads) != 0) {
+        pg_batch_release(self);
+        PyErr_SetString(PyExc_RuntimeError, "could not start the step threads");
+        return -1;
+    }
+    self->initialised = 1;
+    return 0;
+}
+
+static int pg_check_ready(PgBatchObject *self) {
+    if (!self->initialised) {
+        PyErr_SetString(PyExc_RuntimeError, "Batch is closed or not initialised");
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs op on all instances without the GIL; refuses concurrent use. */
+static PyObject *pg_batch_run(PgBatchObject *self, int op) {
+    int expected = 0;
+    if (!atomic_compare_exchange_strong(&self->busy, &expected, 1)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Batch is already stepping in another thread; use one env per thread");
+        return NULL;
+    }
+    Py_BEGIN_ALLOW_THREADS
+    pg_pool_run(self->pool, op);
+    Py_END_ALLOW_THREADS
+    atomic_store(&self->busy, 0);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pg_batch_seed(PgBatchObject *self, PyObject *arg) {
+    if (pg_check_ready(self)) return NULL;
+    unsigned long long seed = PyLong_AsUnsignedLongLongMask(arg);
+    if (PyErr_Occurred()) return NULL;
+    for (int i = 0; i < self->env->pg.num_envs; i++)
+        self->env->pg.rng[i] = pg_seed_instance((uint64_t)seed, (uint64_t)i);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pg_batch_reset(PgBatchObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    size_t rows = (size_t)pg->num_envs * pg->agents_per_env;
+    memset(pg->terminals, 0, rows);
+    memset(pg->truncations, 0, rows);
+    memset(pg->rewards, 0, rows * sizeof(float));
+    return pg_batch_run(self, 1);
+}
+
+/* Refuses out-of-range discrete actions before any state changes. The fast
+ * path is a branch-free OR over all actions (vectorized); only when it finds a
+ * bad value does a second loop locate it for the message. */
+static int pg_check_discrete(const PgBatch *pg, const int32_t *actions) {
+    long rows = (long)pg->num_envs * pg->agents_per_env;
+    int dims = pg->action_kind == PG_ACTION_DISCRETE ? 1 : pg->action_dim;
+    int bad = 0;
+    if (dims == 1) {
+        uint32_t n = (uint32_t)pg->action_nvec[0];
+        for (long i = 0; i < rows; i++) bad |= (uint32_t)actions[i] >= n;
+    } else {
+        for (long r = 0; r < rows; r++)
+            for (int d = 0; d < dims; d++)
+                bad |= (uint32_t)actions[r * dims + d] >= (uint32_t)pg->action_nvec[d];
+    }
+    if (!bad) return 0;
+    for (long r = 0; r < rows; r++) {
+        for (int d = 0; d < dims; d++) {
+            int32_t a = actions[r * dims + d], n = pg->action_nvec[d];
+            if ((uint32_t)a < (uint32_t)n) continue;
+            if (dims == 1)
+                PyErr_Format(PyExc_ValueError,
+                             "action %d in row %ld is out of range: expected 0..%d", a, r, n - 1);
+            else
+                PyErr_Format(PyExc_ValueError,
+                             "action %d in row %ld, component %d is out of range: expected 0..%d",
+                             a, r, d, n - 1);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *pg_batch_step(PgBatchObject *self, PyObject *args) {
+    PyObject *actions_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &actions_obj)) return NULL;
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    void *own_actions = pg->actions;
+    Py_buffer view;
+    int have_view = 0;
+    if (actions_obj != Py_None && actions_obj != self->views[PG_BUF_ACTIONS].obj) {
+        char kind = pg->action_kind == PG_ACTION_CONTINUOUS ? 'f' : 'i';
+        if (pg_get_buffer(actions_obj, &view, "actions", kind, pg_action_count(pg), 0) != 0)
+            return NULL;
+        have_view = 1;
+        pg->actions = view.buf;
+    }
+    PyObject *result = NULL;
+    if (pg->action_kind == PG_ACTION_CONTINUOUS ||
+        pg_check_discrete(pg, (const int32_t *)pg->actions) == 0)
+        result = pg_batch_run(self, 0);
+    pg->actions = own_actions;
+    if (have_view) PyBuffer_Release(&view);
+    return result;
+}
+
+/* Returns (episodes, sums, sums_of_squares) reduced in instance order. */
+static PyObject *pg_batch_stats(PgBatchObject *self, PyObject *args) {
+    int clear = 1;
+    if (!PyArg_ParseTuple(args, "|p", &clear)) return NULL;
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    int k = PG_NUM_STATS, width = 1 + 2 * PG_NUM_STATS;
+    double totals[1 + 2 * PG_NUM_STATS];
+    memset(totals, 0, sizeof(totals));
+    for (int i = 0; i < pg->num_envs; i++) {
+        double *row = pg->stats + (size_t)i * width;
+        for (int s = 0; s < width; s++) totals[s] += row[s];
+        if (clear) memset(row, 0, (size_t)width * sizeof(double));
+    }
+    PyObject *sums = PyTuple_New(k), *squares = PyTuple_New(k);
+    if (!sums || !squares) {
+        Py_XDECREF(sums);
+        Py_XDECREF(squares);
+        return NULL;
+    }
+    for (int s = 0; s < k; s++) {
+        PyTuple_SET_ITEM(sums, s, PyFloat_FromDouble(totals[1 + s]));
+        PyTuple_SET_ITEM(squares, s, PyFloat_FromDouble(totals[1 + k + s]));
+    }
+    return Py_BuildValue("(LNN)", (long long)totals[0], sums, squares);
+}
+
+static int pg_check_instance(PgBatchObject *self, int instance) {
+    if (instance < 0 || instance >= self->env->pg.num_envs) {
+        PyErr_Format(PyExc_IndexError, "instance %d out of range [0, %d)", instance,
+                     self->env->pg.num_envs);
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *pg_batch_get_state(PgBatchObject *self, PyObject *args) {
+    int instance;
+    if (!PyArg_ParseTuple(args, "i", &instance)) return NULL;
+    if (pg_check_ready(self) || pg_check_instance(self, instance)) return NULL;
+    int n = env_state_size(self->env);
+    double *values = (double *)calloc((size_t)n + 1, sizeof(double));
+    if (!values) return PyErr_NoMemory();
+    env_get_state(self->env, instance, values);
+    PyObject *out = PyTuple_New(n);
+    for (int i = 0; out && i < n; i++) PyTuple_SET_ITEM(out, i, PyFloat_FromDouble(values[i]));
+    free(values);
+    return out;
+}
+
+static PyObject *pg_batch_set_state(PgBatchObject *self, PyObject *args) {
+    int instance;
+    PyObject *seq;
+    if (!PyArg_ParseTuple(args, "iO", &instance, &seq)) return NULL;
+    if (pg_check_ready(self) || pg_check_instance(self, instance)) return NULL;
+    int n = env_state_size(self->env);
+    PyObject *fast = PySequence_Fast(seq, "state must be a sequence of numbers");
+    if (!fast) return NULL;
+    if (PySequence_Fast_GET_SIZE(fast) != n) {
+        PyErr_Format(PyExc_ValueError, "state has %zd values, expected %d",
+                     PySequence_Fast_GET_SIZE(fast), n);
+        Py_DECREF(fast);
+        return NULL;
+    }
+    double *values = (double *)calloc((size_t)n + 1, sizeof(double));
+    if (!values) {
+        Py_DECREF(fast);
+        return PyErr_NoMemory();
+    }
+    for (int i = 0; i < n; i++) {
+        values[i] = PyFloat_AsDouble(PySequence_Fast_GET_ITEM(fast, i));
+        if (PyErr_Occurred() || !isfinite(values[i])) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_ValueError, "state value %d must be a finite number", i);
+            Py_DECREF(fast);
+            free(values);
+            return NULL;
+        }
+    }
+    Py_DECREF(fast);
+    int rc = env_set_state(self->env, instance, values);
+    free(values);
+    if (rc != 0) {
+        PyErr_SetString(PyExc_ValueError, "state values are inconsistent for this env");
+        return NULL;
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *pg_batch_close(PgBatchObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (atomic_load(&self->busy)) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot close a Batch while it is stepping");
+        return NULL;
+    }
+    pg_batch_release(self);
+    Py_RETURN_NONE;
+}
+
+static PyObject *pg_batch_get_state_size(PgBatchObject *self, void *Py_UNUSED(closure)) {
+    if (pg_check_ready(self)) return NULL;
+    return PyLong_FromLong(env_state_size(self->env));
+}
+
+static PyObject *pg_batch_get_num_threads(PgBatchObject *self, void *Py_UNUSED(closure)) {
+    if (pg_check_ready(self)) return NULL;
+    return PyLong_FromLong(self->pool->started + 1);
+}
+
+static PyMethodDef pg_batch_methods[] = {
+    {"seed", (PyCFunction)pg_batch_seed, METH_O, "Give every instance its own stream."},
+    {"reset", (PyCFunction)pg_batch_reset, METH_NOARGS, "Start fresh episodes everywhere."},
+    {"step", (PyCFunction)pg_batch_step, METH_VARARGS, "Step every instance once."},
+    {"stats", (PyCFunction)pg_batch_stats, METH_VARARGS,
+     "(episodes, sums, sums_of_squares) of finished episodes; clears by default."},
+    {"get_state", (PyCFunction)pg_batch_get_state, METH_VARARGS, "State of one instance."},
+    {"set_state", (PyCFunction)pg_batch_set_state, METH_VARARGS, "Overwrite one instance."},
+    {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
+    {NULL, NULL, 0, NULL}};
+
+static PyGetSetDef pg_batch_getset[] = {
+    {"state_size", (getter)pg_batch_get_state_size, NULL, "doubles per instance state", NULL},
+    {"num_threads", (getter)pg_batch_get_num_threads, NULL, "threads stepping", NULL},
+    {NULL, NULL, NULL, NULL, NULL}};
+
+static PyTypeObject PgBatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0).tp_name = "peregrine.envs." ENV_MODULE_NAME ".Batch",
+    .tp_basicsize = sizeof(PgBatchObject),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A batch of native env instances writing into caller-owned buffers.",
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)pg_batch_init,
+    .tp_dealloc = (destructor)pg_batch_dealloc,
+    .tp_methods = pg_batch_methods,
+    .tp_getset = pg_batch_getset,
+};
+
+/* ---- module functions ----------------------------------------------------- */
+
+static PyObject *pg_config_fields_fn(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+    PyObject *out = PyTuple_New(PG_NUM_CONFIG);
+    for (int i = 0; out && i < PG_NUM_CONFIG; i++) {
+        const PgConfigField *f = &pg_config_fields[i];
+        PyTuple_SET_ITEM(out, i, Py_BuildValue("(sdddO)", f->name, f->default_value,
+                                               f->min_value, f->max_value,
+                                               f->is_integer ? Py_True : Py_False));
+    }
+    return out;
+}
+
+static PyObject *pg_stat_names_fn(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+    PyObject *out = PyTuple_New(PG_NUM_STATS);
+    for (int i = 0; out && i < PG_NUM_STATS; i++)
+        PyTuple_SET_ITEM(out, i, PyUnicode_FromString(pg_stat_names[i]));
+    return out;
+}
+
+static PyObject *pg_describe_fn(PyObject *Py_UNUSED(m), PyObject *config_obj) {
+    double config[PG_NUM_CONFIG];
+    if (pg_read_config(config_obj, config) != 0) return NULL;
+    Env *env = pg_env_new(config, 1);
+    if (!env) return NULL;
+    PgBatch *pg = &env->pg;
+    PyObject *nvec = PyTuple_New(pg->action_kind == PG_ACTION_CONTINUOUS ? 0 : pg->action_dim);
+    for (int i = 0; nvec && i < PyTuple_GET_SIZE(nvec); i++)
+        PyTuple_SET_ITEM(nvec, i, PyLong_FromLong(pg->action_nvec[i]));
+    static const char *kinds[] = {"discrete", "multidiscrete", "continuous"};
+    PyObject *out = Py_BuildValue(
+        "{s:i,s:s,s:i,s:s,s:i,s:N,s:i}", "obs_dim", pg->obs_dim, "obs_dtype",
+        pg->obs_is_uint8 ? "uint8" : "float32", "agents_per_env", pg->agents_per_env,
+        "action_kind", kinds[pg->action_kind], "action_dim", pg->action_dim, "action_nvec",
+        nvec, "state_size", env_state_size(env));
+    env_free(env);
+    free(env);
+    return out;
+}
+
+static PyMethodDef pg_module_methods[] = {
+    {"config_fields", pg_config_fields_fn, METH_NOARGS,
+     "((name, default, min, max, is_integer), ...) in config order."},
+    {"stat_names", pg_stat_names_fn, METH_NOARGS, "Episode statistic names."},
+    {"describe", pg_describe_fn, METH_O, "Dimensions for a config (validates it)."},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef pg_module_def = {PyModuleDef_HEAD_INIT, ENV_MODULE_NAME,
+                                           "Native Peregrine env (generic binding).", -1,
+                                           pg_module_methods, NULL, NULL, NULL, NULL};
+
+#define PG_CONCAT_(a, b) a##b
+#define PG_CONCAT(a, b) PG_CONCAT_(a, b)
+
+PyMODINIT_FUNC PG_CONCAT(PyInit_, ENV_MODULE_IDENT)(void) {
+    if (PyType_Ready(&PgBatchType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&pg_module_def);
+    if (!module) return NULL;
+    Py_INCREF(&PgBatchType);
+    if (PyModule_AddObject(module, "Batch", (PyObject *)&PgBatchType) < 0) {
+        Py_DECREF(&PgBatchType);
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}
+
+#endif /* PEREGRINE_BINDING_H */

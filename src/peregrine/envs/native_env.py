@@ -1,0 +1,303 @@
+"""NativeEnv: the Python face of a batch of C env instances.
+
+A NativeEnv owns (or is handed) seven flat buffers, one row per agent:
+
+    observations        (num_agents, obs_dim)   float32 (uint8 where the env says)
+    final_observations  (num_agents, obs_dim)   last observation of rows that just ended
+    actions             (num_agents,) int32 | (num_agents, k) int32 | (num_agents, k) float32
+    rewards             (num_agents,)           float32
+    terminals           (num_agents,)           bool
+    truncations         (num_agents,)           bool
+    masks               (num_agents,)           bool, True where the agent row is live
+
+`step(actions)` is one C call that steps every instance, auto-resets finished
+ones in the same call and writes every result in place: the arrays it returns
+ARE these buffers, overwritten by the next step. Copy what you keep.
+
+Terminals and truncations are never merged. On a row that ended (either flag),
+`final_observations` holds the observation the episode ended on, written before
+the reset replaced it in `observations`; bootstrap truncated rows from it.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, ClassVar
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+BUFFER_NAMES = ("observations", "final_observations", "actions", "rewards",
+                "terminals", "truncations", "masks")
+
+
+@dataclass
+class EpisodeStats:
+    """Aggregate of the episodes that finished since the last read.
+
+    `mean` and `std` map each statistic name to its mean and population
+    standard deviation over those `count` episodes; both are empty when no
+    episode finished (never NaN).
+    """
+
+    count: int = 0
+    mean: dict[str, float] = field(default_factory=dict)
+    std: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def from_sums(cls, names, count, sums, squares) -> "EpisodeStats":
+        if count == 0:
+            return cls()
+        mean = {n: s / count for n, s in zip(names, sums)}
+        std = {n: float(np.sqrt(max(q / count - mean[n] ** 2, 0.0)))
+               for n, q in zip(names, squares)}
+        return cls(count, mean, std)
+
+
+@dataclass
+class Buffers:
+    """The seven row buffers of a batch (see the module docstring)."""
+
+    observations: np.ndarray
+    final_observations: np.ndarray
+    actions: np.ndarray
+    rewards: np.ndarray
+    terminals: np.ndarray
+    truncations: np.ndarray
+    masks: np.ndarray
+
+    @staticmethod
+    def layout(num_agents: int, obs_dim: int, obs_dtype, action_shape: tuple, action_dtype):
+        """name -> (shape, dtype) for every buffer of a batch."""
+        return {
+            "observations": ((num_agents, obs_dim), np.dtype(obs_dtype)),
+            "final_observations": ((num_agents, obs_dim), np.dtype(obs_dtype)),
+            "actions": ((num_agents, *action_shape), np.dtype(action_dtype)),
+            "rewards": ((num_agents,), np.dtype(np.float32)),
+            "terminals": ((num_agents,), np.dtype(np.bool_)),
+            "truncations": ((num_agents,), np.dtype(np.bool_)),
+            "masks": ((num_agents,), np.dtype(np.bool_)),
+        }
+
+    @classmethod
+    def allocate(cls, layout) -> "Buffers":
+        return cls(**{name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()})
+
+    @classmethod
+    def check(cls, given, layout) -> "Buffers":
+        """Validates caller-provided buffers (a Buffers or a mapping)."""
+        if isinstance(given, Buffers):
+            given = {name: getattr(given, name) for name in BUFFER_NAMES}
+        missing = [name for name in BUFFER_NAMES if name not in given]
+        if missing:
+            raise ValueError(f"buffers is missing {missing}; expected all of {list(BUFFER_NAMES)}")
+        for name, (shape, dtype) in layout.items():
+            array = given[name]
+            if not isinstance(array, np.ndarray):
+                raise ValueError(f"buffers[{name!r}] must be a NumPy array, got {type(array).__name__}")
+            if array.shape != shape or array.dtype != dtype:
+                raise ValueError(f"buffers[{name!r}] must have shape {shape} and dtype {dtype}, "
+                                 f"got {array.shape} {array.dtype}")
+            if not array.flags.c_contiguous or not array.flags.writeable:
+                raise ValueError(f"buffers[{name!r}] must be C-contiguous and writeable")
+        return cls(**{name: given[name] for name in BUFFER_NAMES})
+
+
+def resolve_seed(seed) -> int:
+    if seed is None:
+        return int.from_bytes(os.urandom(8), "little")
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise ValueError(f"seed must be an int or None, got {seed!r}")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+    return int(seed)
+
+
+class NativeEnv:
+    """A batch of `num_envs` instances of a C env; one row per agent.
+
+    Subclasses set `name`, `native_module` (the compiled binding) and may
+    override `resolve_config` (derived defaults, cross-field checks with good
+    messages) and `observation_bounds`.
+    """
+
+    name: ClassVar[str] = ""
+    native_module: ClassVar[ModuleType]
+    presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
+
+    def __init__(self, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
+                 buffers=None, preset: str = "default", **config):
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
+            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) \
+                or not 1 <= num_threads <= 256:
+            raise ValueError(f"num_threads must be an int in [1, 256], got {num_threads!r}")
+        self.num_envs = int(num_envs)
+        self.config = self.resolve_config(self.config_with_preset(preset, config))
+        self._config_values = [float(self.config[name]) for name in self.config_field_names()]
+        dims = self.native_module.describe(self._config_values)
+        self.agents_per_env = dims["agents_per_env"]
+        self.num_agents = self.num_envs * self.agents_per_env
+        self.obs_dim = dims["obs_dim"]
+
+        self.single_observation_space = self.make_observation_space(dims)
+        self.single_action_space = self.make_action_space(dims)
+        self.observation_space = batch_space(self.single_observation_space, self.num_agents)
+        self.action_space = batch_space(self.single_action_space, self.num_agents)
+        self._action_shape = (self.num_agents, *self.single_action_space.shape)
+        self._action_dtype = self.single_action_space.dtype
+
+        layout = Buffers.layout(self.num_agents, self.obs_dim, dims["obs_dtype"],
+                                self.single_action_space.shape, self._action_dtype)
+        self.buffers = Buffers.allocate(layout) if buffers is None else Buffers.check(buffers, layout)
+        b = self.buffers
+        self.observations, self.final_observations = b.observations, b.final_observations
+        self.actions, self.rewards = b.actions, b.rewards
+        self.terminals, self.truncations, self.masks = b.terminals, b.truncations, b.masks
+        self._batch = self.native_module.Batch(
+            self._config_values, self.num_envs, int(num_threads), b.observations,
+            b.final_observations, b.actions, b.rewards, b.terminals, b.truncations, b.masks)
+        self.num_threads = int(num_threads)
+        self._stat_names = self.native_module.stat_names()
+        self.reset(seed=resolve_seed(seed))
+
+    # ---- configuration -------------------------------------------------
+    @classmethod
+    def config_fields(cls):
+        """((name, default, min, max, is_integer), ...) from the C header."""
+        return cls.native_module.config_fields()
+
+    @classmethod
+    def config_field_names(cls) -> list[str]:
+        return [f[0] for f in cls.config_fields()]
+
+    @classmethod
+    def default_config(cls) -> dict[str, float]:
+        return {f[0]: (int(f[1]) if f[4] else f[1]) for f in cls.config_fields()}
+
+    @classmethod
+    def config_with_preset(cls, preset: str, overrides: dict) -> dict:
+        if preset not in cls.presets:
+            raise ValueError(f"unknown preset {preset!r} for {cls.name}; "
+                             f"choose one of {sorted(cls.presets)}")
+        unknown = sorted(set(overrides) - set(cls.config_field_names()))
+        if unknown:
+            raise ValueError(f"unknown config field(s) {unknown} for {cls.name}; "
+                             f"valid fields: {cls.config_field_names()}")
+        return {**cls.presets[preset], **overrides}
+
+    @classmethod
+    def resolve_config(cls, config: dict) -> dict:
+        """Fills defaults and checks every field against the C bounds, naming it."""
+        resolved = cls.default_config()
+        resolved.update(config)
+        for name, _default, low, high, is_integer in cls.config_fields():
+            value = resolved[name]
+            if isinstance(value, (bool, np.bool_)) and not is_integer:
+                raise ValueError(f"config field {name!r} must be a number, got {value!r}")
+            try:
+                number = float(value)
+            except (TypeError, ValueError):
+                raise ValueError(f"config field {name!r} must be a number, got {value!r}") from None
+            if not (low <= number <= high):
+                raise ValueError(f"config field {name!r} = {value!r} must be in [{low:g}, {high:g}]")
+            if is_integer and number != int(number):
+                raise ValueError(f"config field {name!r} = {value!r} must be an integer")
+            resolved[name] = int(number) if is_integer else number
+        return resolved
+
+    # ---- spaces -------------------------------------------------------------
+    def observation_bounds(self):
+        """(low, high) per observation feature; unbounded unless overridden."""
+        return -np.inf, np.inf
+
+    def make_observation_space(self, dims):
+        if dims["obs_dtype"] == "uint8":
+            return spaces.Box(0, 255, (self.obs_dim,), np.uint8)
+        low, high = self.observation_bounds()
+        low = np.broadcast_to(np.asarray(low, np.float32), (self.obs_dim,))
+        high = np.broadcast_to(np.asarray(high, np.float32), (self.obs_dim,))
+        return spaces.Box(low, high, (self.obs_dim,), np.float32)
+
+    @staticmethod
+    def make_action_space(dims):
+        kind = dims["action_kind"]
+        if kind == "discrete":
+            return spaces.Discrete(dims["action_nvec"][0], dtype=np.int32)
+        if kind == "multidiscrete":
+            return spaces.MultiDiscrete(np.asarray(dims["action_nvec"]), dtype=np.int32)
+        return spaces.Box(-1.0, 1.0, (dims["action_dim"],), np.float32)
+
+    # ---- the loop -------------------------------------------------------------
+    def reset(self, seed: int | None = None):
+        """Starts fresh episodes in every instance.
+
+        With a seed, every instance restarts its own stream derived from
+        (seed, instance index); without one, streams continue.
+        Returns (observations, infos) where infos is an empty dict.
+        """
+        if seed is not None:
+            self._batch.seed(resolve_seed(seed))
+        self._batch.reset()
+        return self.observations, {}
+
+    def step(self, actions):
+        """Steps every instance with `actions` (one row per agent).
+
+        Returns (observations, rewards, terminals, truncations, infos): the
+        env's own buffers, updated in place. infos is an empty dict; episode
+        statistics come from `episode_stats()`.
+        """
+        if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
+                or actions.shape != self._action_shape):
+            self._refuse_actions(actions)
+        self._batch.step(actions)
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def _refuse_actions(self, actions):
+        expected = f"a NumPy array of dtype {self._action_dtype} and shape {self._action_shape}"
+        if not isinstance(actions, np.ndarray):
+            raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
+        hint = ""
+        if actions.shape == self._action_shape:
+            hint = f"; convert with actions.astype(np.{self._action_dtype})"
+        raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
+                         f"shape {actions.shape}{hint}")
+
+    def episode_stats(self, clear: bool = True) -> EpisodeStats:
+        """Mean and std of every episode statistic over episodes finished since
+        the last clearing read. Names: see `stat_names`."""
+        count, sums, squares = self._batch.stats(clear)
+        return EpisodeStats.from_sums(self._stat_names, count, sums, squares)
+
+    @property
+    def stat_names(self) -> tuple[str, ...]:
+        return self._stat_names
+
+    # ---- exact state, for tests and debugging ---------------------------------
+    def get_state(self, instance: int) -> np.ndarray:
+        return np.asarray(self._batch.get_state(instance), dtype=np.float64)
+
+    def set_state(self, instance: int, state) -> None:
+        """Overwrites one instance's state; its observation rows are rewritten."""
+        self._batch.set_state(instance, [float(v) for v in np.asarray(state).ravel()])
+
+    # ---- lifetime -------------------------------------------------------------
+    def close(self) -> None:
+        """Stops the step threads and releases the buffers; idempotent."""
+        batch = getattr(self, "_batch", None)
+        if batch is not None:
+            batch.close()
+            self._batch = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"{type(self).__name__}(num_envs={self.num_envs}, agents_per_env="
+                f"{self.agents_per_env}, num_threads={self.num_threads})")
