@@ -7,7 +7,8 @@ Flags: -O3 -Wall -Wextra, warnings are errors in CI (PEREGRINE_WERROR=1).
 -ffp-contract=off keeps float32 results identical to the NumPy references
 (no fused multiply-adds); -fno-math-errno lets sqrtf inline. Opt-in:
 PEREGRINE_NATIVE=1 adds -march=native; PEREGRINE_SANITIZE=1 builds with
-ASan/UBSan for the sanitizer tests.
+ASan/UBSan for the sanitizer tests. PEREGRINE_ENVS=a,b builds only those envs
+(handy while editing one header).
 """
 import os
 
@@ -51,4 +52,5 @@ def native_extension(name):
     )
 
 
-setup(ext_modules=[native_extension(name) for name in NATIVE_ENVS])
+selected = [n for n in os.environ.get("PEREGRINE_ENVS", "").split(",") if n] or NATIVE_ENVS
+setup(ext_modules=[native_extension(name) for name in selected])

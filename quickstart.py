@@ -1,0 +1,77 @@
+#!/usr/bin/env python3
+"""Sets up Peregrine in ./.venv (once) and runs the main job or the tests.
+
+    python3 quickstart.py train    # train an agent with the live dashboard
+    python3 quickstart.py test     # run the whole test suite
+
+Needs only Python 3.10+ and a C compiler. The virtual environment is created
+on first use and reused; it is re-installed when the build inputs change.
+torch is installed as the pinned CPU wheel first, so the package's torch
+range is already satisfied and nothing pulls the CUDA build.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import sys
+import venv
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+STAMP = VENV / ".peregrine-install-stamp"
+TORCH = "torch==2.13.0"
+EXTRAS = "train,test"
+
+COMMANDS = {
+    "train": ["-m", "peregrine.cli", "train", "cartpole", "--monitor"],
+    "test": ["-m", "pytest", "-q"],
+}
+
+
+def venv_python() -> Path:
+    return VENV / ("Scripts/python.exe" if os.name == "nt" else "bin/python")
+
+
+def build_inputs_digest() -> str:
+    digest = hashlib.sha256()
+    paths = [ROOT / "pyproject.toml", ROOT / "setup.py"]
+    paths += sorted((ROOT / "src").rglob("*.[ch]"))
+    for path in paths:
+        digest.update(str(path.relative_to(ROOT)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def pip(*args: str) -> None:
+    subprocess.check_call([str(venv_python()), "-m", "pip", "install", "--quiet", *args])
+
+
+def ensure_installed() -> None:
+    if sys.version_info < (3, 10):
+        sys.exit(f"Peregrine needs Python 3.10+, this is {sys.version.split()[0]}")
+    if not venv_python().exists():
+        print(f"creating virtual environment in {VENV}", flush=True)
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    digest = build_inputs_digest()
+    if STAMP.exists() and STAMP.read_text() == digest:
+        return
+    print("installing Peregrine and its dependencies (first run takes a few minutes)", flush=True)
+    pip(TORCH)
+    pip("setuptools>=64", "wheel")
+    pip("--no-build-isolation", "-e", f"{ROOT}[{EXTRAS}]")
+    STAMP.write_text(digest)
+
+
+def main() -> int:
+    if len(sys.argv) < 2 or sys.argv[1] not in COMMANDS:
+        print(__doc__)
+        return 2
+    ensure_installed()
+    command = [str(venv_python()), *COMMANDS[sys.argv[1]], *sys.argv[2:]]
+    return subprocess.call(command, cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""The `peregrine` command: one subcommand per module, imported only when used.
+
+Each subcommand lives beside the code it drives and exposes
+`add_arguments(parser)` and `run(args) -> int`. Adding a command is one row in
+COMMANDS; `peregrine --help` stays fast because nothing heavy is imported.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+
+# name -> (module, one-line help)
+COMMANDS = {
+    "train": ("peregrine.train.cli", "train an agent with PPO (live dashboard)"),
+    "eval": ("peregrine.train.eval_cli", "evaluate a policy or checkpoint: episode statistics"),
+    "bench": ("peregrine.envs.bench", "measure env steps/s of a native env"),
+    "profile": ("peregrine.profile.cli", "throughput profiler with JSON artifacts and targets"),
+    "monitor": ("peregrine.monitor.cli", "attach a dashboard to a run"),
+    "envs": ("peregrine.envs.cli", "list environments and their spaces"),
+    "render": ("peregrine.envs.render_cli", "render an episode to a GIF"),
+}
+
+
+def main(argv=None) -> int:
+    # NumPy's OpenBLAS otherwise keeps spinning threads that compete with the
+    # env threads on small machines; users can still set their own value.
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    argv = list(sys.argv[1:] if argv is None else argv)
+    top = argparse.ArgumentParser(prog="peregrine", description="Reinforcement learning built for throughput.")
+    top.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
+                     help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
+    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+        top.parse_args(argv[:1] or ["--help"])
+        return 2
+    name = argv[0]
+    module_name, help_text = COMMANDS[name]
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        if error.name and module_name.startswith(error.name):
+            print(f"peregrine {name}: not available in this version", file=sys.stderr)
+            return 2
+        raise
+    parser = argparse.ArgumentParser(prog=f"peregrine {name}", description=help_text)
+    module.add_arguments(parser)
+    args = parser.parse_args(argv[1:])
+    try:
+        return int(module.run(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except ValueError as error:  # bad input: a clear message, not a traceback
+        print(f"peregrine {name}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
