@@ -1,0 +1,468 @@
+"""The metrics file: one writer (the trainer), any number of readers.
+
+The trainer publishes its latest statistics into ``RUN_DIR/metrics.bin``
+through a memory map. Publishing is a copy of a few hundred bytes into shared
+pages: no lock, no system call, no serialization, so the trainer never waits
+on a reader, and a reader (the dashboard, in its own process) can attach,
+detach or crash at any time without the trainer noticing.
+
+File layout (little-endian, every offset fixed by the header)::
+
+    offset  size  field
+    0       8     magic  b"PGMETRIC"
+    8       4     u32 version (FORMAT_VERSION)
+    12      4     u32 header_size (bytes; records start here; multiple of 64)
+    16      4     u32 num_fields (float64 values per record, env stats included)
+    20      4     u32 num_env_stats (the last num_env_stats values of a record)
+    24      4     u32 ring_capacity K (records kept)
+    28      4     u32 record_size (bytes per record; multiple of 64)
+    32      8     i64 pid of the writer
+    40      8     f64 start time (Unix seconds)
+    48      8     u64 count: records published so far (mutable)
+    56      4     u32 names_length (bytes of the JSON block at offset 128)
+    60      4     reserved (0)
+    64      64    run id, UTF-8, NUL padded
+    128     n     JSON {"fields": [...], "env_stats": [...], "host": "..."}
+    ...           zero padding up to header_size
+    header_size + i * record_size: record slot i, for i in 0..K-1:
+            8     u64 sequence (seqlock: odd while being written)
+            8*F   f64 values, in the order of "fields" then "env_stats"
+
+Publishing record number ``n`` (0-based) writes slot ``n % K``: bump that
+slot's sequence to an odd value, copy the values, bump it to the next even
+value, then set ``count = n + 1``. A reader reads ``count``, then the slot of
+record ``count - 1``: sequence, values, sequence again, and keeps the values
+only if both sequences are equal and even and the record's own ``index`` field
+is ``count - 1`` (so a slot overwritten by a later lap is not mistaken for it);
+otherwise it retries. A reader therefore never returns a torn record. The K
+slots double as a short history (sparklines) at no extra cost.
+
+Ordering: the sequence, the values and ``count`` are stored by separate
+NumPy assignments that execute in program order; on x86-64 (TSO) stores are
+seen by other cores in that order and loads are not reordered with loads,
+which is what a seqlock needs. On weakly ordered CPUs (ARM) Python offers no
+fences; the ``index`` check and the double sequence read still catch almost
+every tear, but the guarantee there is best-effort.
+
+The header is written to a temporary file that is renamed into place, so a
+reader never sees a half-written header; the file never changes size after
+that.
+"""
+from __future__ import annotations
+
+import json
+import math
+import mmap
+import os
+import socket
+import struct
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+MAGIC = b"PGMETRIC"
+FORMAT_VERSION = 1
+FILE_NAME = "metrics.bin"
+DEFAULT_RING_CAPACITY = 256
+
+_FIXED = struct.Struct("<8sIIIIIIqdQII")  # the first 64 bytes, up to and including the reserved word
+_COUNT_OFFSET = 48
+_RUN_ID_OFFSET = 64
+_RUN_ID_SIZE = 64
+_NAMES_OFFSET = 128
+_ALIGN = 64
+
+# The values of a record, in order. Env statistics follow these.
+FIELDS = (
+    "index",            # record number (0-based); lets a reader detect a lapped slot
+    "global_step",      # env steps (agent rows) collected so far
+    "updates",          # optimizer updates (PPO iterations) done
+    "sps",              # steps per second, as the trainer measures it
+    "elapsed",          # seconds since training started
+    "episodes",         # episodes finished so far
+    "episode_return",   # mean return of recently finished episodes (NaN if none)
+    "episode_length",   # mean length of recently finished episodes (NaN if none)
+    "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate",
+    "time_env",         # seconds spent stepping envs (the trainer decides the window)
+    "time_forward",     # seconds in policy forward passes during rollouts
+    "time_learn",       # seconds in the PPO update
+    "heartbeat",        # wall time (Unix seconds) of this record
+    "status",           # STATUS_CODES
+)
+LOSS_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate")
+TIME_SPLIT_NAMES = ("env", "forward", "learn")
+STATUS_NAMES = ("starting", "running", "finished", "interrupted", "crashed")
+STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
+FINAL_STATUSES = ("finished", "interrupted", "crashed")
+
+_INDEX = {name: i for i, name in enumerate(FIELDS)}
+
+
+class MetricsFileError(Exception):
+    """The metrics file is missing, truncated, corrupt or not ours."""
+
+
+def metrics_path(run_dir) -> Path:
+    """`run_dir/metrics.bin`; a path to the file itself is returned unchanged."""
+    path = Path(run_dir)
+    return path if path.name == FILE_NAME or path.is_file() else path / FILE_NAME
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return (value + multiple - 1) // multiple * multiple
+
+
+def _check_name(kind: str, name) -> str:
+    if not isinstance(name, str) or not name or len(name) > 64:
+        raise ValueError(f"{kind} names must be non-empty strings of at most 64 characters, got {name!r}")
+    return name
+
+
+class MetricsWriter:
+    """Publishes training statistics into ``run_dir/metrics.bin``.
+
+        writer = MetricsWriter(run_dir, env.stat_names)
+        writer.update(global_step=..., sps=..., losses={...}, time_split={...})
+        writer.close("finished")
+
+    Missing values are stored as NaN (shown as "-" by the dashboard). Use it
+    as a context manager to get ``close("crashed")`` on an exception and
+    ``close("interrupted")`` on Ctrl-C.
+    """
+
+    def __init__(self, run_dir, env_stat_names=(), run_id: str | None = None,
+                 ring_capacity: int = DEFAULT_RING_CAPACITY):
+        if isinstance(ring_capacity, bool) or not isinstance(ring_capacity, int) \
+                or not 1 <= ring_capacity <= 1 << 20:
+            raise ValueError(f"ring_capacity must be an int in [1, 1048576], got {ring_capacity!r}")
+        self.env_stat_names = tuple(_check_name("env stat", n) for n in env_stat_names)
+        if len(set(self.env_stat_names)) != len(self.env_stat_names):
+            raise ValueError(f"env_stat_names has duplicates: {list(self.env_stat_names)}")
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.path = self.run_dir / FILE_NAME
+        self.run_id = run_id or self.run_dir.name or uuid.uuid4().hex[:12]
+        self.ring_capacity = ring_capacity
+        self.num_fields = len(FIELDS) + len(self.env_stat_names)
+        self.start_time = time.time()
+
+        names = json.dumps({"fields": list(FIELDS), "env_stats": list(self.env_stat_names),
+                            "host": socket.gethostname()}).encode()
+        self.header_size = _round_up(_NAMES_OFFSET + len(names), _ALIGN)
+        self.record_size = _round_up(8 + 8 * self.num_fields, _ALIGN)
+        size = self.header_size + ring_capacity * self.record_size
+        header = bytearray(self.header_size)
+        _FIXED.pack_into(header, 0, MAGIC, FORMAT_VERSION, self.header_size, self.num_fields,
+                         len(self.env_stat_names), ring_capacity, self.record_size, os.getpid(),
+                         self.start_time, 0, len(names), 0)
+        run_id_bytes = self.run_id.encode()[:_RUN_ID_SIZE]
+        header[_RUN_ID_OFFSET:_RUN_ID_OFFSET + len(run_id_bytes)] = run_id_bytes
+        header[_NAMES_OFFSET:_NAMES_OFFSET + len(names)] = names
+
+        # Build the whole file under a temporary name, then rename it into
+        # place: a reader sees either no file or a complete header.
+        temporary = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
+        with open(temporary, "wb") as handle:
+            handle.write(header)
+            handle.truncate(size)
+        self._file = open(temporary, "r+b")
+        os.replace(temporary, self.path)
+        self._map = mmap.mmap(self._file.fileno(), size)
+        self._count = np.ndarray((1,), np.uint64, self._map, _COUNT_OFFSET)
+        slots = np.ndarray((ring_capacity, self.record_size // 8), np.uint64, self._map, self.header_size)
+        self._sequences = slots[:, 0]
+        self._slot_values = slots[:, 1:1 + self.num_fields].view(np.float64)
+        self._values = np.full(self.num_fields, np.nan)  # the record being built
+        self._records = 0
+        self.closed = False
+        for counter in ("global_step", "updates", "elapsed", "episodes"):
+            self._values[_INDEX[counter]] = 0.0
+        self._values[_INDEX["status"]] = STATUS_CODES["starting"]
+        self._values[_INDEX["heartbeat"]] = self.start_time
+        self._publish()
+
+    # ---- writing --------------------------------------------------------------
+    def update(self, global_step=0, updates=0, sps=math.nan, elapsed=None, episodes=0,
+               episode_return=math.nan, episode_length=math.nan, env_stats=None, losses=None,
+               time_split=None, status="running") -> None:
+        """Publishes one record. Cost: a few microseconds (see benchmarks)."""
+        if self.closed:
+            raise ValueError("update() on a closed MetricsWriter")
+        if status not in STATUS_CODES:
+            raise ValueError(f"status must be one of {list(STATUS_NAMES)}, got {status!r}")
+        now = time.time()
+        values = self._values
+        values[1] = global_step
+        values[2] = updates
+        values[3] = _number(sps)
+        values[4] = now - self.start_time if elapsed is None else elapsed
+        values[5] = episodes
+        values[6] = _number(episode_return)
+        values[7] = _number(episode_length)
+        losses = losses or {}
+        for offset, name in enumerate(LOSS_NAMES, 8):
+            values[offset] = _number(losses.get(name))
+        time_split = time_split or {}
+        for offset, name in enumerate(TIME_SPLIT_NAMES, 14):
+            values[offset] = _number(time_split.get(name))
+        values[17] = now
+        values[18] = STATUS_CODES[status]
+        if self.env_stat_names:
+            env_stats = env_stats or {}
+            for offset, name in enumerate(self.env_stat_names, len(FIELDS)):
+                values[offset] = _number(env_stats.get(name))
+        self._publish()
+
+    def heartbeat(self) -> None:
+        """Republishes the last record with a fresh heartbeat (call during long phases)."""
+        if not self.closed:
+            self._values[17] = time.time()
+            self._publish()
+
+    def _publish(self) -> None:
+        record = self._records
+        slot = record % self.ring_capacity
+        self._values[0] = record
+        sequence = int(self._sequences[slot])
+        self._sequences[slot] = sequence + 1          # odd: being written
+        self._slot_values[slot] = self._values
+        self._sequences[slot] = sequence + 2          # even: consistent
+        self._count[0] = record + 1
+        self._records = record + 1
+
+    def close(self, status: str = "finished") -> None:
+        """Publishes a final record with `status` and unmaps the file. Idempotent."""
+        if self.closed:
+            return
+        if status not in FINAL_STATUSES:
+            raise ValueError(f"close status must be one of {list(FINAL_STATUSES)}, got {status!r}")
+        self._values[17] = time.time()
+        self._values[18] = STATUS_CODES[status]
+        self._publish()
+        self.closed = True
+        del self._count, self._sequences, self._slot_values
+        self._map.flush()
+        self._map.close()
+        self._file.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, kind, error, traceback):
+        if kind is None:
+            self.close("finished")
+        elif issubclass(kind, KeyboardInterrupt):
+            self.close("interrupted")
+        else:
+            self.close("crashed")
+        return False
+
+
+def _number(value) -> float:
+    if value is None:
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+# ---- reading --------------------------------------------------------------------
+@dataclass
+class Header:
+    version: int
+    num_fields: int
+    env_stat_names: tuple[str, ...]
+    ring_capacity: int
+    pid: int
+    start_time: float
+    run_id: str
+    host: str
+    fields: tuple[str, ...]
+
+
+@dataclass
+class Record:
+    """One consistent record. `values` maps every field name to its float."""
+
+    values: dict[str, float]
+    env_stats: dict[str, float] = field(default_factory=dict)
+
+    def __getitem__(self, name: str) -> float:
+        return self.values[name]
+
+    @property
+    def status(self) -> str:
+        code = self.values["status"]
+        return STATUS_NAMES[int(code)] if code == code and 0 <= code < len(STATUS_NAMES) else "unknown"
+
+
+class MetricsReader:
+    """Reads ``metrics.bin`` (given the run directory or the file) from any process.
+
+    Raises MetricsFileError with a message fit for a user when the file is
+    missing, truncated, corrupt or was written by something else.
+    """
+
+    def __init__(self, run_dir_or_file, retries: int = 10000):
+        self.path = metrics_path(run_dir_or_file)
+        self.retries = retries
+        try:
+            handle = open(self.path, "rb")
+        except FileNotFoundError:
+            raise MetricsFileError(f"no metrics file at {self.path} (is this a run directory?)") from None
+        except OSError as error:
+            raise MetricsFileError(f"cannot open {self.path}: {error.strerror}") from None
+        with handle:
+            size = os.fstat(handle.fileno()).st_size
+            if size < _NAMES_OFFSET:
+                raise MetricsFileError(f"{self.path} is truncated ({size} bytes) or not a Peregrine metrics file")
+            self._map = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ)
+        try:
+            self.header = self._parse_header(size)
+        except MetricsFileError:
+            self._map.close()
+            raise
+        header = self.header
+        self._count = np.ndarray((1,), np.uint64, self._map, _COUNT_OFFSET)
+        slots = np.ndarray((header.ring_capacity, self._record_size // 8), np.uint64, self._map,
+                           self._header_size)
+        self._sequences = slots[:, 0]
+        self._slot_values = slots[:, 1:1 + header.num_fields].view(np.float64)
+        self._num_fixed = len(header.fields)
+
+    def _parse_header(self, size: int) -> Header:
+        (magic, version, header_size, num_fields, num_env_stats, ring_capacity, record_size, pid,
+         start_time, _count, names_length, _reserved) = _FIXED.unpack_from(self._map, 0)
+        if magic != MAGIC:
+            raise MetricsFileError(f"{self.path} is not a Peregrine metrics file (bad magic {magic!r})")
+        if version != FORMAT_VERSION:
+            raise MetricsFileError(f"{self.path} has format version {version}; this Peregrine reads "
+                                   f"version {FORMAT_VERSION}")
+        problems = []
+        if header_size % _ALIGN or header_size < _NAMES_OFFSET + names_length:
+            problems.append(f"header_size {header_size}")
+        if not 1 <= ring_capacity <= 1 << 20:
+            problems.append(f"ring_capacity {ring_capacity}")
+        if record_size % _ALIGN or record_size < 8 + 8 * num_fields or num_fields < num_env_stats:
+            problems.append(f"record_size {record_size} for {num_fields} fields")
+        if problems:
+            raise MetricsFileError(f"{self.path} is corrupt: bad {', '.join(problems)}")
+        expected = header_size + ring_capacity * record_size
+        if size < expected:
+            raise MetricsFileError(f"{self.path} is truncated: {size} bytes, the header promises {expected}")
+        try:
+            names = json.loads(bytes(self._map[_NAMES_OFFSET:_NAMES_OFFSET + names_length]).decode())
+            fields = tuple(names["fields"])
+            env_stats = tuple(names["env_stats"])
+            host = str(names.get("host", ""))
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):
+            raise MetricsFileError(f"{self.path} is corrupt: unreadable field names") from None
+        if len(fields) + len(env_stats) != num_fields or len(env_stats) != num_env_stats \
+                or fields[:len(FIELDS)] != FIELDS[:len(fields)] or "status" not in fields:
+            raise MetricsFileError(f"{self.path} is corrupt: field names do not match the record layout")
+        run_id = bytes(self._map[_RUN_ID_OFFSET:_RUN_ID_OFFSET + _RUN_ID_SIZE]).rstrip(b"\0")
+        self._header_size, self._record_size = header_size, record_size
+        return Header(version, num_fields, env_stats, ring_capacity, pid, start_time,
+                      run_id.decode(errors="replace"), host, fields)
+
+    @property
+    def count(self) -> int:
+        """Records published so far."""
+        return int(self._count[0])
+
+    def _read_record(self, number: int):
+        """The values of record `number`, or None if its slot was overwritten."""
+        slot = number % self.header.ring_capacity
+        for _ in range(self.retries):
+            before = int(self._sequences[slot])
+            if before & 1:
+                continue                       # the writer is in the middle of it
+            values = self._slot_values[slot].copy()
+            if int(self._sequences[slot]) != before:
+                continue                       # changed under us: torn, read again
+            if values[0] != number:
+                return None                    # lapped: the slot holds another record
+            return values
+        raise MetricsFileError(f"{self.path}: could not read a consistent record in "
+                               f"{self.retries} tries (is the slot stuck mid-write?)")
+
+    def _to_record(self, values) -> Record:
+        fixed = self._num_fixed
+        return Record(dict(zip(self.header.fields, values[:fixed].tolist())),
+                      dict(zip(self.header.env_stat_names, values[fixed:].tolist())))
+
+    def read(self) -> Record | None:
+        """The latest record (None before the first one)."""
+        for _ in range(self.retries):
+            count = self.count
+            if count == 0:
+                return None
+            values = self._read_record(count - 1)
+            if values is not None:
+                return self._to_record(values)
+        raise MetricsFileError(f"{self.path}: the writer kept overtaking the reader")
+
+    def history(self, limit: int | None = None) -> list[Record]:
+        """Up to `limit` most recent records, oldest first (the ring's contents)."""
+        count = self.count
+        depth = min(count, self.header.ring_capacity, limit or self.header.ring_capacity)
+        records = []
+        for number in range(count - depth, count):
+            values = self._read_record(number)
+            if values is not None:
+                records.append(self._to_record(values))
+        return records
+
+    def liveness(self, record: Record | None = None, stale_after: float = 10.0) -> str:
+        """'running', 'stale', 'silent' or the final status.
+
+        'stale': the record says running but the writer's process is gone (or,
+        for a run on another host, no heartbeat for `stale_after` s).
+        'silent': the process exists but has not published for `stale_after` s.
+        """
+        record = record if record is not None else self.read()
+        if record is None:
+            return "starting" if pid_alive(self.header.pid) else "stale"
+        status = record.status
+        if status in FINAL_STATUSES:
+            return status
+        age = time.time() - record["heartbeat"]
+        if self.header.host and self.header.host != socket.gethostname():
+            return "stale" if age > stale_after else status
+        if not pid_alive(self.header.pid):
+            return "stale"
+        return "silent" if age > stale_after else status
+
+    def close(self) -> None:
+        if getattr(self, "_map", None) is not None and not self._map.closed:
+            del self._count, self._sequences, self._slot_values
+            self._map.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+def pid_alive(pid: int) -> bool:
+    """True if a process `pid` exists and is not a zombie."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    try:  # a zombie has exited; only its parent has not collected it yet
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
