@@ -476,6 +476,8 @@ static PyObject *pg_batch_reset(PgBatchObject *self, PyObject *Py_UNUSED(ignored
     memset(pg->terminals, 0, rows);
     memset(pg->truncations, 0, rows);
     memset(pg->rewards, 0, rows * sizeof(float));
+    memset(pg->final_observations, 0,
+           rows * (size_t)pg->obs_dim * (pg->obs_is_uint8 ? 1 : sizeof(float)));
     return pg_batch_run(self, 1);
 }
 

@@ -1,0 +1,102 @@
+"""Adversarial inputs for every registered native env; run under ASan/UBSan by
+test_sanitizers.py (it also runs fine without sanitizers).
+
+For each env: every config field at its minimum and at its maximum (configs
+that the Python checks refuse are skipped: refusing is the right answer),
+random and hostile actions (NaN, inf, 1e30, denormals, out-of-range integers
+straight into the C binding), and abuse of the binding's own API.
+"""
+import sys
+
+import numpy as np
+
+import peregrine
+from peregrine.registry import env_class
+
+HOSTILE_FLOATS = [np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-45, -0.0, 3.4e38]
+
+
+def hostile_actions(env, rng, step):
+    if env.actions.dtype == np.float32:
+        choice = rng.choice(HOSTILE_FLOATS, size=env.actions.shape).astype(np.float32)
+        random = rng.uniform(-2, 2, env.actions.shape).astype(np.float32)
+        return np.where(rng.random(env.actions.shape) < 0.3, choice, random).astype(np.float32)
+    env.action_space.seed(step)
+    return np.ascontiguousarray(env.action_space.sample())
+
+
+def fuzz_config(name, config, rng, steps=40):
+    try:
+        env = peregrine.make(name, num_envs=5, seed=int(rng.integers(1 << 30)), num_threads=2, **config)
+    except ValueError:
+        return 0
+    with env:
+        for step in range(steps):
+            obs, rewards, terminals, truncations, _ = env.step(hostile_actions(env, rng, step))
+            if env.observations.dtype == np.float32:
+                assert np.isfinite(obs).all(), (name, config, "non-finite observation")
+            assert np.isfinite(rewards).all(), (name, config, "non-finite reward")
+        env.episode_stats()
+        if env.actions.dtype == np.int32:  # the C binding itself must refuse these
+            for bad in (-1, 2**31 - 1, -2**31):
+                actions = np.full(env.actions.shape, bad, np.int32)
+                try:
+                    env._batch.step(actions)
+                except ValueError:
+                    pass
+                else:
+                    raise AssertionError(f"{name}: C accepted action {bad}")
+    return 1
+
+
+def fuzz_binding(name):
+    env = peregrine.make(name, num_envs=3, seed=0)
+    batch = env._batch
+    for instance in (-1, 3, 1 << 30):
+        try:
+            batch.get_state(instance)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("get_state accepted a bad instance")
+    state = list(batch.get_state(0))
+    for poison in (float("nan"), float("inf"), 1e300, -1e300):
+        try:
+            batch.set_state(0, [poison] * len(state))
+        except ValueError:
+            pass
+    try:
+        batch.set_state(0, state[:-1])
+    except ValueError:
+        pass
+    batch.set_state(0, state)
+    for wrong in (np.zeros(1, np.float32), np.zeros(10**6, np.int8), b"abc"):
+        try:
+            batch.step(wrong)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("step accepted a wrong-sized buffer")
+    env.close()
+    try:
+        batch.step()
+    except RuntimeError:
+        pass
+    else:
+        raise AssertionError("step after close did not raise")
+
+
+def main(names):
+    rng = np.random.default_rng(0)
+    for name in names:
+        fields = env_class(name).config_fields()
+        configs = [{}]
+        for field, _default, low, high, is_integer in fields:
+            configs += [{field: low}, {field: high}]
+        ran = sum(fuzz_config(name, config, rng) for config in configs)
+        fuzz_binding(name)
+        print(f"{name}: {ran}/{len(configs)} configs fuzzed", flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or peregrine.list_envs())

@@ -1,0 +1,279 @@
+"""The native env contract, checked on every registered env.
+
+Each env added to the registry is covered automatically: spaces and buffers,
+seeding and determinism across thread counts, caller-owned buffers, every
+bad-input path, lifetime (close, exit, fork) and threads.
+"""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import peregrine
+from peregrine.envs.native_env import BUFFER_NAMES
+
+ENVS = peregrine.list_envs()
+SMALL = 37  # deliberately not a multiple of the 16-instance thread blocks
+
+
+def sample_actions(env, count, seed=0):
+    env.action_space.seed(seed)
+    return [np.ascontiguousarray(env.action_space.sample()) for _ in range(count)]
+
+
+def rollout(env, actions):
+    trace = []
+    for batch in actions:
+        obs, rewards, terminals, truncations, _ = env.step(batch)
+        trace.append((obs.copy(), rewards.copy(), terminals.copy(), truncations.copy(),
+                      env.final_observations.copy()))
+    return trace
+
+
+def assert_same_trace(a, b):
+    assert len(a) == len(b)
+    for step_a, step_b in zip(a, b):
+        for x, y in zip(step_a, step_b):
+            np.testing.assert_array_equal(x, y)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_spaces_and_buffers_agree(name):
+    with peregrine.make(name, num_envs=SMALL, seed=0) as env:
+        assert env.num_agents == SMALL * env.agents_per_env
+        assert env.observation_space.shape == (env.num_agents, *env.single_observation_space.shape)
+        assert env.observations.shape == env.observation_space.shape
+        assert env.observations.dtype == env.single_observation_space.dtype
+        assert env.actions.shape == env.action_space.shape
+        assert env.actions.dtype == env.single_action_space.dtype
+        for buffer in ("rewards", "terminals", "truncations", "masks"):
+            assert getattr(env, buffer).shape == (env.num_agents,)
+        assert env.masks.all()
+        assert {"episode_return", "episode_length"} <= set(env.stat_names)
+        obs, rewards, terminals, truncations, infos = env.step(sample_actions(env, 1)[0])
+        assert obs is env.observations and rewards is env.rewards  # in place, no copies
+        assert terminals is env.terminals and truncations is env.truncations
+        assert infos == {}
+        assert np.isfinite(obs).all() and np.isfinite(rewards).all()
+        assert not (terminals & truncations).any()
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_same_seed_is_bitwise_identical_for_any_thread_count(name):
+    probe = peregrine.make(name, num_envs=SMALL, seed=0)
+    actions = sample_actions(probe, 150, seed=3)
+    probe.close()
+    traces = []
+    for threads in (1, 2, 5):
+        with peregrine.make(name, num_envs=SMALL, seed=42, num_threads=threads) as env:
+            traces.append(rollout(env, actions))
+            traces[-1].append(tuple(np.array(list(v.values())) for v in
+                                    (env.episode_stats().mean,)))
+    assert_same_trace(traces[0], traces[1])
+    assert_same_trace(traces[0], traces[2])
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_reset_with_seed_restarts_streams_and_seeds_differ(name):
+    with peregrine.make(name, num_envs=SMALL, seed=1) as env:
+        actions = sample_actions(env, 60)
+        first = rollout(env, actions)
+        env.reset(seed=1)
+        assert_same_trace(first, rollout(env, actions))
+        env.reset(seed=2)
+        other = rollout(env, actions)
+    assert not all(np.array_equal(a[0], b[0]) for a, b in zip(first, other))
+    # instances of one batch get different streams, not copies of one
+    assert not np.array_equal(first[0][0][0], first[0][0][-1])
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_caller_owned_buffers_are_written_in_place(name):
+    probe = peregrine.make(name, num_envs=SMALL, seed=0)
+    layout = {n: np.zeros_like(getattr(probe, n)) for n in BUFFER_NAMES}
+    expected = rollout(probe, sample_actions(probe, 20))
+    probe.close()
+    with peregrine.make(name, num_envs=SMALL, seed=0, buffers=layout) as env:
+        assert env.observations is layout["observations"]
+        got = rollout(env, sample_actions(env, 20))
+    assert_same_trace(expected, got)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_bad_buffers_are_refused(name):
+    probe = peregrine.make(name, num_envs=4, seed=0)
+    good = {n: np.zeros_like(getattr(probe, n)) for n in BUFFER_NAMES}
+    probe.close()
+    with pytest.raises(ValueError, match="missing"):
+        peregrine.make(name, num_envs=4, buffers={"observations": good["observations"]})
+    wrong_dtype = dict(good, rewards=good["rewards"].astype(np.float64))
+    with pytest.raises(ValueError, match="rewards"):
+        peregrine.make(name, num_envs=4, buffers=wrong_dtype)
+    wrong_shape = dict(good, observations=np.zeros((3, *good["observations"].shape[1:]),
+                                                   good["observations"].dtype))
+    with pytest.raises(ValueError, match="observations"):
+        peregrine.make(name, num_envs=4, buffers=wrong_shape)
+    strided = np.zeros((good["terminals"].shape[0] * 2,), bool)[::2]
+    with pytest.raises(ValueError, match="contiguous"):
+        peregrine.make(name, num_envs=4, buffers=dict(good, terminals=strided))
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_bad_actions_are_refused_without_changing_state(name):
+    with peregrine.make(name, num_envs=SMALL, seed=0) as env:
+        good = sample_actions(env, 1)[0]
+        before = env.observations.copy()
+        other_dtype = np.float64 if good.dtype == np.float32 else np.int64
+        with pytest.raises(ValueError, match="dtype"):
+            env.step(good.astype(other_dtype))
+        with pytest.raises(ValueError, match="shape"):
+            env.step(good[:-1])
+        with pytest.raises(ValueError, match="NumPy array"):
+            env.step(good.tolist())
+        with pytest.raises(ValueError, match="contiguous"):
+            env.step(np.repeat(good, 2, axis=0)[::2])
+        if good.dtype == np.int32:
+            high = np.asarray(env.single_action_space.nvec if hasattr(
+                env.single_action_space, "nvec") else env.single_action_space.n)
+            for position in (0, good.shape[0] - 1):
+                too_big = good.copy()
+                too_big.reshape(good.shape[0], -1)[position] = high.max()
+                with pytest.raises(ValueError, match=f"row {position}.*out of range"):
+                    env.step(too_big)
+                negative = good.copy()
+                negative.reshape(good.shape[0], -1)[position] = -1
+                with pytest.raises(ValueError, match="out of range"):
+                    env.step(negative)
+        np.testing.assert_array_equal(env.observations, before)
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_non_finite_continuous_actions_are_safe(name):
+    with peregrine.make(name, num_envs=SMALL, seed=0) as env:
+        if env.actions.dtype != np.float32:
+            pytest.skip("discrete actions")
+        for value in (np.nan, np.inf, -np.inf, 1e30, -1e30):
+            for _ in range(30):
+                obs, rewards, *_ = env.step(np.full(env.actions.shape, value, np.float32))
+                assert np.isfinite(obs).all() and np.isfinite(rewards).all(), value
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_bad_construction_arguments(name):
+    cls = type(peregrine.make(name, num_envs=1, seed=0))
+    with pytest.raises(ValueError, match="num_envs"):
+        peregrine.make(name, num_envs=0)
+    with pytest.raises(ValueError, match="num_threads"):
+        peregrine.make(name, num_envs=4, num_threads=0)
+    with pytest.raises(ValueError, match="seed"):
+        peregrine.make(name, num_envs=4, seed=-1)
+    with pytest.raises(ValueError, match="unknown config field"):
+        peregrine.make(name, num_envs=4, no_such_field=1)
+    field, _default, low, high, is_integer = cls.config_fields()[0]
+    with pytest.raises(ValueError, match=field):
+        peregrine.make(name, num_envs=4, **{field: high * 2 + 1})
+    with pytest.raises(ValueError, match=field):
+        peregrine.make(name, num_envs=4, **{field: "abc"})
+    with pytest.raises(ValueError, match="preset"):
+        peregrine.make(name, num_envs=4, preset="no_such_preset")
+
+
+def test_unknown_env_name_lists_the_available_ones():
+    with pytest.raises(ValueError, match="cartpole"):
+        peregrine.make("no_such_env")
+
+
+def test_native_binding_checks_config_itself():
+    from peregrine.envs.cartpole import _cartpole
+    defaults = [f[1] for f in _cartpole.config_fields()]
+    with pytest.raises(ValueError, match="max_steps"):
+        _cartpole.describe([0.5] + defaults[1:])
+    with pytest.raises(ValueError, match="gravity"):
+        _cartpole.describe([defaults[0], float("nan")] + defaults[2:])
+    with pytest.raises(ValueError, match="expects"):
+        _cartpole.describe(defaults[:-1])
+
+
+def test_episode_stats_are_empty_until_an_episode_ends():
+    with peregrine.make("cartpole", num_envs=4, seed=0) as env:
+        stats = env.episode_stats()
+        assert stats.count == 0 and stats.mean == {} and stats.std == {}
+        env.step(np.ones(4, np.int32))
+        assert env.episode_stats().count == 0
+
+
+def test_close_is_idempotent_and_use_after_close_is_an_error():
+    env = peregrine.make("cartpole", num_envs=64, seed=0, num_threads=2)
+    env.close()
+    env.close()
+    with pytest.raises((RuntimeError, AttributeError)):
+        env.step(np.zeros(64, np.int32))
+
+
+def test_concurrent_step_on_one_env_is_refused_or_serialised_never_a_crash():
+    env = peregrine.make("cartpole", num_envs=1 << 16, seed=0, num_threads=2)
+    actions = np.zeros(1 << 16, np.int32)
+    errors = []
+
+    def hammer():
+        for _ in range(200):
+            try:
+                env.step(actions)
+            except RuntimeError as error:
+                errors.append(str(error))
+
+    threads = [threading.Thread(target=hammer) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=60)
+    assert not any(t.is_alive() for t in threads)
+    assert all("another thread" in e for e in errors)
+    env.close()
+
+
+def test_more_threads_than_cores_and_than_blocks():
+    actions = [np.random.default_rng(s).integers(0, 2, 20).astype(np.int32) for s in range(50)]
+    with peregrine.make("cartpole", num_envs=20, seed=3, num_threads=1) as one:
+        expected = rollout(one, actions)
+    with peregrine.make("cartpole", num_envs=20, seed=3, num_threads=64) as many:
+        assert_same_trace(expected, rollout(many, actions))
+
+
+RUN = [sys.executable, "-c"]
+
+
+@pytest.mark.parametrize("script", [
+    # exit without closing a threaded env
+    "import peregrine, numpy as np\n"
+    "e = peregrine.make('cartpole', num_envs=4096, num_threads=4)\n"
+    "e.step(np.zeros(4096, np.int32))\n",
+    # an exception while a threaded env is alive
+    "import peregrine, numpy as np\n"
+    "e = peregrine.make('cartpole', num_envs=4096, num_threads=4)\n"
+    "e.step(np.zeros(4096, np.int32))\n"
+    "raise SystemExit(3)\n",
+])
+def test_no_hang_on_interpreter_exit(script):
+    result = subprocess.run(RUN + [script], timeout=60, capture_output=True)
+    assert result.returncode in (0, 3), result.stderr.decode()
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_threaded_env_keeps_working_in_a_forked_child():
+    script = (
+        "import os, numpy as np, peregrine\n"
+        "e = peregrine.make('cartpole', num_envs=256, seed=0, num_threads=2)\n"
+        "a = np.ones(256, np.int32)\n"
+        "pid = os.fork()\n"
+        "if pid == 0:\n"
+        "    for _ in range(100): e.step(a)\n"
+        "    os._exit(0 if np.isfinite(e.observations).all() else 1)\n"
+        "_, status = os.waitpid(pid, 0)\n"
+        "raise SystemExit(os.waitstatus_to_exitcode(status))\n"
+    )
+    result = subprocess.run(RUN + [script], timeout=60, capture_output=True)
+    assert result.returncode == 0, result.stderr.decode()
