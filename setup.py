@@ -15,6 +15,7 @@ import os
 from setuptools import Extension, setup
 
 NATIVE_ENVS = ["cartpole"]
+NATIVE_ENVS += ["pendulum", "mountain_car", "mountain_car_continuous"]  # classic control
 
 NATIVE_DIR = "src/peregrine/envs/native"
 

@@ -6,6 +6,9 @@ import importlib
 # name -> "module:Class". Adding an env is one line here (plus its folder).
 ENVS = {
     "cartpole": "peregrine.envs.cartpole:CartPole",
+    "pendulum": "peregrine.envs.pendulum:Pendulum",
+    "mountain_car": "peregrine.envs.mountain_car:MountainCar",
+    "mountain_car_continuous": "peregrine.envs.mountain_car_continuous:MountainCarContinuous",
 }
 
 

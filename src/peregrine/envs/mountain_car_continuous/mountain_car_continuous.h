@@ -1,0 +1,219 @@
+/*
+ * mountain_car_continuous.h -- MountainCarContinuous-v0, the batch of N
+ * instances, in C.
+ *
+ * Same rules as Gymnasium's MountainCarContinuous-v0:
+ *   force     = clip(action, -1, 1)
+ *   velocity' = clip(velocity + force power - 0.0025 cos(3 position),
+ *                    -max_speed, max_speed)             (power 0.0015)
+ *   position' = clip(position + velocity', -1.2, 0.6)
+ *   velocity' = 0 if position' hit the left wall (== -1.2) while moving left
+ *   reward    = (100 if the goal is reached) - 0.1 action^2
+ * Terminal when position' >= goal_position (0.45) and velocity' >=
+ * goal_velocity (0); truncated after max_steps (999) steps. Reset: position
+ * uniform in [-0.6, -0.4), velocity 0.
+ *
+ * Actions: Box(-1, 1, (1,)) float32, the generic continuous space, which is
+ * also Gymnasium's. As in Gymnasium the action cost uses the action as given,
+ * before clipping (a policy pays for out-of-range outputs); to keep the
+ * reward finite for any input the cost saturates at |action| = 1e6. NaN/inf
+ * actions count as 0.
+ *
+ * Differences from Gymnasium, by design: float32 arithmetic and pg_sincosf
+ * (one step from the same state agrees to ~1e-6 in the reward and ~1e-8 in
+ * the state; the goal test can differ only when the new position lies within
+ * ~1e-7 of the goal). An episode that reaches the goal on its last allowed
+ * step is reported as terminal only.
+ *
+ * Layout: structure-of-arrays state; a branch-free physics pass that the
+ * compiler vectorizes, then a reset pass over the (few) instances that ended.
+ */
+#ifndef PEREGRINE_MOUNTAIN_CAR_CONTINUOUS_H
+#define PEREGRINE_MOUNTAIN_CAR_CONTINUOUS_H
+
+#include <float.h>
+#include <stdlib.h>
+
+#include "pg_env.h"
+#include "pg_math.h"
+
+/* X(name, default, min, max, is_integer) */
+#define ENV_CONFIG(X)                          \
+    X(max_steps, 999, 1, 1e9, 1)               \
+    X(goal_position, 0.45, -1.2, 0.6, 0)       \
+    X(goal_velocity, 0.0, -1, 1, 0)            \
+    X(power, 0.0015, 0, 1, 0)                  \
+    X(gravity, 0.0025, 0, 1, 0)                \
+    X(max_speed, 0.07, 1e-6, 1, 0)             \
+    X(goal_reward, 100.0, -1e6, 1e6, 0)        \
+    X(action_cost, 0.1, 0, 1e3, 0)
+
+#define ENV_STATS(X) X(episode_return) X(episode_length) X(success)
+
+#define MOUNTAIN_CAR_MIN_POSITION -1.2f
+#define MOUNTAIN_CAR_MAX_POSITION 0.6f
+#define MOUNTAIN_CAR_MAX_COSTED_ACTION 1e6f
+
+struct Env {
+    PgBatch pg;
+    /* constants, in float32 as the step uses them */
+    int max_steps;
+    float goal_position, goal_velocity, power, gravity, max_speed, goal_reward, action_cost;
+    /* state, one entry per instance */
+    float *position, *velocity, *returns;
+    int32_t *steps;
+};
+typedef struct Env Env;
+
+static int env_init(Env *env, const double *config, char *err, size_t errlen) {
+    env->max_steps = (int)config[0];
+    env->goal_position = (float)config[1];
+    env->goal_velocity = (float)config[2];
+    env->power = (float)config[3];
+    env->gravity = (float)config[4];
+    env->max_speed = (float)config[5];
+    env->goal_reward = (float)config[6];
+    env->action_cost = (float)config[7];
+
+    PgBatch *pg = &env->pg;
+    pg->obs_dim = 2;
+    pg->obs_is_uint8 = 0;
+    pg->agents_per_env = 1;
+    pg->action_kind = PG_ACTION_CONTINUOUS;
+    pg->action_dim = 1;
+
+    size_t n = (size_t)pg->num_envs;
+    env->position = (float *)calloc(n, sizeof(float));
+    env->velocity = (float *)calloc(n, sizeof(float));
+    env->returns = (float *)calloc(n, sizeof(float));
+    env->steps = (int32_t *)calloc(n, sizeof(int32_t));
+    if (!env->position || !env->velocity || !env->returns || !env->steps) {
+        snprintf(err, errlen, "out of memory for %zu MountainCarContinuous instances", n);
+        return -1;
+    }
+    return 0;
+}
+
+static void env_free(Env *env) {
+    free(env->position);
+    free(env->velocity);
+    free(env->returns);
+    free(env->steps);
+}
+
+static inline void mountain_car_write_obs(const Env *env, float *row, int i) {
+    row[0] = env->position[i];
+    row[1] = env->velocity[i];
+}
+
+static void mountain_car_reset_one(Env *env, int i) {
+    env->position[i] = pg_uniform_range(&env->pg.rng[i], -0.6f, -0.4f);
+    env->velocity[i] = 0.0f;
+    env->returns[i] = 0.0f;
+    env->steps[i] = 0;
+    mountain_car_write_obs(env, (float *)env->pg.observations + 2 * (size_t)i, i);
+}
+
+static void env_reset(Env *env, int start, int end) {
+    for (int i = start; i < end; i++) mountain_car_reset_one(env, i);
+}
+
+/* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
+ * pointers offset to the first instance and a size_t index, so it becomes
+ * SIMD code (see cartpole.h). */
+PG_SIMD_KERNEL static void mountain_car_continuous_physics(
+    const Env *env, size_t count, const float *restrict actions, float *restrict positions,
+    float *restrict velocities, float *restrict returns, int32_t *restrict steps,
+    float *restrict obs, float *restrict rewards, uint8_t *restrict terminals,
+    uint8_t *restrict truncations) {
+    const float power = env->power, gravity = env->gravity, max_speed = env->max_speed;
+    const float goal_position = env->goal_position, goal_velocity = env->goal_velocity;
+    const float goal_reward = env->goal_reward, action_cost = env->action_cost;
+    const float min_position = MOUNTAIN_CAR_MIN_POSITION;
+    const float max_position = MOUNTAIN_CAR_MAX_POSITION;
+    const float max_costed = MOUNTAIN_CAR_MAX_COSTED_ACTION;
+    const int max_steps = env->max_steps;
+    for (size_t i = 0; i < count; i++) {
+        float position = positions[i], velocity = velocities[i];
+        float action = actions[i];
+        action = fabsf(action) <= FLT_MAX ? action : 0.0f; /* NaN, inf -> 0 */
+        float force = action < -1.0f ? -1.0f : (action > 1.0f ? 1.0f : action);
+        float costed = action < -max_costed ? -max_costed : action;
+        costed = costed > max_costed ? max_costed : costed;
+        float sin_3x, cos_3x;
+        pg_sincosf(3.0f * position, &sin_3x, &cos_3x);
+        velocity = velocity + (force * power - gravity * cos_3x);
+        velocity = velocity < -max_speed ? -max_speed : velocity;
+        velocity = velocity > max_speed ? max_speed : velocity;
+        position = position + velocity;
+        position = position < min_position ? min_position : position;
+        position = position > max_position ? max_position : position;
+        /* an inelastic wall on the left */
+        velocity = (position == min_position) & (velocity < 0.0f) ? 0.0f : velocity;
+        int terminal = (position >= goal_position) & (velocity >= goal_velocity);
+        float reward = (terminal ? goal_reward : 0.0f) - (costed * costed) * action_cost;
+        int step_count = steps[i] + 1;
+        positions[i] = position;
+        velocities[i] = velocity;
+        returns[i] = returns[i] + reward;
+        steps[i] = step_count;
+        obs[2 * i + 0] = position;
+        obs[2 * i + 1] = velocity;
+        rewards[i] = reward;
+        terminals[i] = (uint8_t)terminal;
+        truncations[i] = (uint8_t)(!terminal & (step_count >= max_steps));
+    }
+}
+
+static void env_step(Env *env, int start, int end) {
+    PgBatch *pg = &env->pg;
+    float *obs = (float *)pg->observations;
+    uint8_t *terminals = pg->terminals, *truncations = pg->truncations;
+    size_t s = (size_t)start;
+    mountain_car_continuous_physics(env, (size_t)(end - start), (const float *)pg->actions + s,
+                                    env->position + s, env->velocity + s, env->returns + s,
+                                    env->steps + s, obs + 2 * s, pg->rewards + s,
+                                    terminals + s, truncations + s);
+
+    /* Pass 2: finished episodes keep their last observation, then reset. */
+    float *final_obs = (float *)pg->final_observations;
+    for (int i = pg_next_ended(terminals, truncations, start, end); i < end;
+         i = pg_next_ended(terminals, truncations, i + 1, end)) {
+        memcpy(final_obs + 2 * (size_t)i, obs + 2 * (size_t)i, 2 * sizeof(float));
+        double episode[3] = {(double)env->returns[i], (double)env->steps[i],
+                             (double)terminals[i]};
+        pg_stats_record(pg, i, episode);
+        mountain_car_reset_one(env, i);
+    }
+}
+
+/* State per instance: position (within [-1.2, 0.6]), velocity (within
+ * +-max_speed), steps taken (0 <= steps < max_steps), return so far. */
+static int env_state_size(const Env *env) {
+    (void)env;
+    return 4;
+}
+
+static void env_get_state(const Env *env, int i, double *out) {
+    out[0] = env->position[i];
+    out[1] = env->velocity[i];
+    out[2] = env->steps[i];
+    out[3] = env->returns[i];
+}
+
+static int env_set_state(Env *env, int i, const double *in) {
+    if (!(fabs(in[0]) <= 10.0 && fabs(in[1]) <= 10.0 && fabs(in[3]) <= 1e30)) return -1;
+    float position = (float)in[0], velocity = (float)in[1];
+    if (!(position >= MOUNTAIN_CAR_MIN_POSITION && position <= MOUNTAIN_CAR_MAX_POSITION))
+        return -1;
+    if (!(velocity >= -env->max_speed && velocity <= env->max_speed)) return -1;
+    if (in[2] < 0 || in[2] >= env->max_steps || in[2] != (double)(int32_t)in[2]) return -1;
+    env->position[i] = position;
+    env->velocity[i] = velocity;
+    env->steps[i] = (int32_t)in[2];
+    env->returns[i] = (float)in[3];
+    mountain_car_write_obs(env, (float *)env->pg.observations + 2 * (size_t)i, i);
+    return 0;
+}
+
+#endif /* PEREGRINE_MOUNTAIN_CAR_CONTINUOUS_H */

@@ -1,0 +1,82 @@
+"""MountainCarContinuous in NumPy: the readable reference for mountain_car_continuous.h.
+
+The same rules, in the same float32 operation order, drawing from the same
+splitmix64 streams and using the same sincos, so that for one seed and one
+action sequence it produces the C batch's observations bit for bit.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..pg_math import sincos
+from ..rng import Streams
+from . import MountainCarContinuous
+
+f32 = np.float32
+MIN_POSITION, MAX_POSITION = f32(-1.2), f32(0.6)
+MAX_COSTED_ACTION = f32(1e6)  # the action cost saturates here so rewards stay finite
+
+
+class MountainCarContinuousReference:
+    """Batch of MountainCarContinuous instances with NativeEnv's reset/step contract."""
+
+    def __init__(self, num_envs: int = 1, seed: int = 0, **config):
+        self.num_envs = self.num_agents = num_envs
+        self.config = MountainCarContinuous.resolve_config(config)
+        c = self.config
+        self.max_steps = int(c["max_steps"])
+        self.goal_position, self.goal_velocity = f32(c["goal_position"]), f32(c["goal_velocity"])
+        self.power, self.gravity, self.max_speed = f32(c["power"]), f32(c["gravity"]), f32(c["max_speed"])
+        self.goal_reward, self.action_cost = f32(c["goal_reward"]), f32(c["action_cost"])
+        self.position = np.zeros(num_envs, np.float32)
+        self.velocity = np.zeros(num_envs, np.float32)
+        self.returns = np.zeros(num_envs, np.float32)
+        self.steps = np.zeros(num_envs, np.int64)
+        self.final_observations = np.zeros((num_envs, 2), np.float32)
+        self.episode_returns: list[float] = []
+        self.episode_lengths: list[int] = []
+        self.episode_successes: list[float] = []
+        self.reset(seed)
+
+    def observations(self) -> np.ndarray:
+        return np.stack([self.position, self.velocity], axis=1)
+
+    def _reset_instances(self, idx):
+        self.position[idx] = self.streams.uniform_range(idx, -0.6, -0.4)
+        self.velocity[idx] = 0
+        self.returns[idx] = 0
+        self.steps[idx] = 0
+
+    def reset(self, seed=None):
+        if seed is not None:
+            self.streams = Streams(seed, self.num_envs)
+        self._reset_instances(np.arange(self.num_envs))
+        return self.observations(), {}
+
+    def step(self, actions):
+        action = np.asarray(actions, np.float32).reshape(self.num_envs)
+        action = np.where(np.isfinite(action), action, f32(0))
+        force = np.clip(action, f32(-1), f32(1))
+        costed = np.clip(action, -MAX_COSTED_ACTION, MAX_COSTED_ACTION)
+        _, cos_3x = sincos(f32(3.0) * self.position)
+        velocity = self.velocity + (force * self.power - self.gravity * cos_3x)
+        velocity = np.clip(velocity, -self.max_speed, self.max_speed)
+        position = np.clip(self.position + velocity, MIN_POSITION, MAX_POSITION)
+        velocity = np.where((position == MIN_POSITION) & (velocity < 0), f32(0), velocity)
+        self.position, self.velocity = position.astype(np.float32), velocity.astype(np.float32)
+        self.steps += 1
+        terminals = (self.position >= self.goal_position) & (self.velocity >= self.goal_velocity)
+        truncations = ~terminals & (self.steps >= self.max_steps)
+        rewards = (np.where(terminals, self.goal_reward, f32(0))
+                   - (costed * costed) * self.action_cost).astype(np.float32)
+        self.returns = (self.returns + rewards).astype(np.float32)
+        observations = self.observations()
+        done = np.flatnonzero(terminals | truncations)
+        if done.size:
+            self.final_observations[done] = observations[done]
+            self.episode_returns.extend(self.returns[done].astype(float))
+            self.episode_lengths.extend(self.steps[done].astype(int))
+            self.episode_successes.extend(terminals[done].astype(float))
+            self._reset_instances(done)
+            observations[done] = self.observations()[done]
+        return observations, rewards, terminals, truncations, {}
