@@ -1,0 +1,259 @@
+"""DroneSwarm: multi-agent search and rescue under a communication constraint.
+
+The rules are ../shared/specs/drone_swarm.md; this docstring records every
+choice the spec leaves open, identically in the C core (drone_swarm.h) and the
+NumPy reference (reference.py).
+
+Rows: one per drone (agents_per_env = n_drones), instance-major.
+Actions: float32 [rows, 3] = (vx, vy, scan) in [-1, 1]; NaN/inf -> 0, then
+clamped to [-1, 1]; (vx, vy) scaled to unit length when its norm exceeds 1.
+Observations: float32 [rows, 10 + 3 * obs_n_nearest], all in [-1, 1]:
+    0 x/L   1 y/L   2 battery   3 dist_to_base/L   4 connected
+    5 last_comm_age/max_steps   6 live neighbours within r_comm/(n_drones-1)
+    (0 when n_drones = 1)   7 min(nearest live neighbour dist/r_comm, 1)
+    (1 with no live neighbour)   8, 9 unit vector to base (0, 0 at the base)
+    then per detection slot (dx/L, dy/L, p), nearest first, ties by victim
+    index; zero where empty or when the drone did not scan this step.
+
+Choices (where the spec is silent)
+- A drone is *active* in a step when its battery is > 0 at the start of the
+  step: only active drones move, scan, explore and pay energy (speed ratio
+  = |clipped action velocity|^2, the commanded speed even when a wall stops
+  it). A drone is *alive* when its battery is > 0 after the drain: only alive
+  drones link, relay, count as neighbours and get dispersion/connection terms.
+  A drone that empties its battery this step still scans this step.
+- Link drops (p_comm_drop > 0): each candidate link (alive, within r_comm)
+  draws one uniform u and is up iff u >= p. Draw order: base links for drones
+  0..n-1, then drone pairs (i, j), i < j, lexicographic. No draws when p = 0.
+  Neighbour features count drones by distance (drops do not hide neighbours).
+- Confirmation: nearest scanning drone by squared distance, ties to the
+  lowest index. A report: on confirmation its window is m_deliver; in the
+  delivery phase an undelivered confirmed victim is delivered if its owner
+  is connected, else lost if the window is 0, else the window counts down.
+  So it is delivered if the owner connects on the confirmation step or any of
+  the next m_deliver steps. A lost report makes the victim unknown again
+  (progress 0, no confirming drone).
+- Detections: candidates are (scanning drone, undelivered victim) pairs with
+  d^2 <= r_sense^2; each draws one uniform u in (drone, victim) order and is
+  detected iff u < p, p = clamp((1 - d / r_sense) * detect_prob_scale, 0, 1).
+- Scan-near reward: a scanning drone with a victim still unknown (status 0,
+  after this step's confirmation/delivery) within 2 * r_confirm_radius.
+- Exploration: cells of side cell_size (10 by default), ceil(L / cell_size)
+  per side (at most 128); the cells where drones spawn count as visited (no
+  reward). Active drones are processed in index order, so of two drones
+  entering a new cell in one step the lower index gets the global bonus.
+- Dispersion with no other live drone: distance = inf, so +r_dispersion.
+- Reward terms, summed in float32 in this order: r_time, -c_energy * ratio^2,
+  delivery share, r_confirm * confirmations, r_explore * (global + 0.5 * own),
+  scan-near, dispersion, r_connect if connected.
+- Reset: randomisation draws (if randomise), then drones (uniform in the disc of
+  radius spawn_radius around the base, clipped to the world, by rejection
+  sampling in the bounding box; after 64 rejections the drone starts at the
+  base), then victims (uniform in the annulus inside the world by rejection in
+  the bounding box; after 256 rejections the last draw is kept). Batteries
+  1, comm ages 0, connectivity computed without drops, no detections.
+- Randomisation (randomise = 1), drawn at every reset in this order:
+  r_comm ~ U[r_comm_min, r_comm_max), p_comm_drop ~ U[p_comm_drop_min,
+  p_comm_drop_max), t_confirm = a uniform pick among t_confirm_choice_0..3 that
+  are not -1, m_deliver likewise among m_deliver_choice_0..3 (no draw, and the
+  fixed value, when all four are -1).
+- base_x/base_y = -1 mean the centre (resolve_config substitutes L/2);
+  spawn_radius = -1 means the episode's r_comm (resolved at every reset,
+  since r_comm may be randomised).
+- End: terminal when all victims are delivered or all batteries are empty;
+  truncated (and not terminal) when the step counter reaches max_steps.
+
+Episode statistics (in order): episode_return (mean over drones of the
+per-drone return), episode_length, delivered, confirmed (distinct victims
+confirmed at least once), success (1 if all delivered), time_to_first_delivery
+(step number of the first delivery, max_steps when none), connected_fraction
+(connected drone-steps / (n_drones * length)), explored_fraction (visited cells
+/ all cells at the end, spawn cells included).
+
+State layout (get_state/set_state, flat float64; n = n_drones, m = n_victims,
+W = ceil(cells / 32) words of 32 bits per visited-cell bitset):
+
+    offset                 field
+    0                      step counter
+    1                      r_comm of this episode
+    2                      p_comm_drop of this episode
+    3                      t_confirm of this episode
+    4                      m_deliver of this episode
+    5                      first delivery step (-1 = none yet)
+    6                      connected drone-steps so far
+    7 + 7*d + k            drone d, k: 0 x, 1 y, 2 battery, 3 connected (0/1),
+                           4 last_comm_age, 5 return so far, 6 scanned last step
+    7 + 7n + 8*v + k       victim v, k: 0 x, 1 y, 2 status (0 unknown,
+                           1 confirmed, 2 delivered), 3 confirming drone (-1),
+                           4 progress, 5 owner (-1), 6 delivery window left,
+                           7 ever confirmed (0/1)
+    7 + 7n + 8m + w        cells visited by any drone, bits of word w
+                           (cell c = cy * cells_per_side + cx is bit c % 32 of
+                           word c // 32)
+    7 + 7n + 8m + W(1+d) + w   cells visited by drone d
+reference.decode_state(values, config) returns these as named arrays and
+encode_state does the reverse. set_state refuses inconsistent values and
+rewrites the instance's observations (no detections).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from ..native_env import NativeEnv
+
+try:
+    from . import _drone_swarm
+except ImportError:  # not built yet: the reference still works
+    _drone_swarm = None
+
+# (name, default, min, max, is_integer) -- mirrors ENV_CONFIG in drone_swarm.h
+# in the same order (a test checks they agree).
+CONFIG_FIELDS = (
+    ("world_size", 100.0, 1.0, 1000.0, False),
+    ("n_drones", 8, 1, 64, True),
+    ("n_victims", 10, 1, 128, True),
+    ("base_x", -1.0, -1.0, 1000.0, False),
+    ("base_y", -1.0, -1.0, 1000.0, False),
+    ("r_comm", 15.0, 0.001, 1e4, False),
+    ("r_sense", 15.0, 0.001, 1e4, False),
+    ("r_confirm_radius", 3.0, 0.0, 1e4, False),
+    ("t_confirm", 4, 1, 1e6, True),
+    ("m_deliver", 15, 0, 1e6, True),
+    ("v_max", 2.5, 0.0, 1e3, False),
+    ("dt", 1.0, 0.0, 100.0, False),
+    ("c_idle", 0.0003, 0.0, 1.0, False),
+    ("c_move", 0.0006, 0.0, 1.0, False),
+    ("c_scan", 0.0002, 0.0, 1.0, False),
+    ("max_steps", 800, 1, 1e7, True),
+    ("spawn_radius", -1.0, -1.0, 1e4, False),
+    ("victim_min_dist", 25.0, 0.0, 1e4, False),
+    ("victim_max_dist", 90.0, 0.0, 1e4, False),
+    ("obs_n_nearest", 3, 0, 16, True),
+    ("detect_prob_scale", 1.0, 0.0, 1e6, False),
+    ("cell_size", 10.0, 0.01, 1000.0, False),
+    ("r_time", -0.005, -1e3, 1e3, False),
+    ("c_energy", 0.0, -1e3, 1e3, False),
+    ("r_found", 30.0, -1e3, 1e3, False),
+    ("r_found_divide_by_n", 1, 0, 1, True),
+    ("r_confirm", 10.0, -1e3, 1e3, False),
+    ("r_explore", 0.1, -1e3, 1e3, False),
+    ("r_scan_near", 0.3, -1e3, 1e3, False),
+    ("r_dispersion", 0.05, -1e3, 1e3, False),
+    ("min_drone_separation", 8.0, 0.0, 1e4, False),
+    ("r_connect", 0.01, -1e3, 1e3, False),
+    ("p_comm_drop", 0.0, 0.0, 1.0, False),
+    ("randomise", 0, 0, 1, True),
+    ("r_comm_min", 10.0, 0.001, 1e4, False),
+    ("r_comm_max", 20.0, 0.001, 1e4, False),
+    ("p_comm_drop_min", 0.0, 0.0, 1.0, False),
+    ("p_comm_drop_max", 0.1, 0.0, 1.0, False),
+    ("t_confirm_choice_0", 3, -1, 1e6, True),
+    ("t_confirm_choice_1", 4, -1, 1e6, True),
+    ("t_confirm_choice_2", 6, -1, 1e6, True),
+    ("t_confirm_choice_3", -1, -1, 1e6, True),
+    ("m_deliver_choice_0", 10, -1, 1e6, True),
+    ("m_deliver_choice_1", 15, -1, 1e6, True),
+    ("m_deliver_choice_2", 25, -1, 1e6, True),
+    ("m_deliver_choice_3", -1, -1, 1e6, True),
+)
+
+STAT_NAMES = ("episode_return", "episode_length", "delivered", "confirmed", "success",
+              "time_to_first_delivery", "connected_fraction", "explored_fraction")
+
+MAX_CELLS_PER_SIDE = 128
+HEADER_SIZE = 7
+DRONE_FIELDS = 7
+VICTIM_FIELDS = 8
+
+
+def cells_per_side(config) -> int:
+    return max(1, int(math.ceil(float(config["world_size"]) / float(config["cell_size"]))))
+
+
+def state_layout(config) -> dict:
+    """Offsets and sizes of the flat state (see the module docstring)."""
+    n, m = int(config["n_drones"]), int(config["n_victims"])
+    side = cells_per_side(config)
+    words = (side * side + 31) // 32
+    drones = HEADER_SIZE
+    victims = drones + DRONE_FIELDS * n
+    visited = victims + VICTIM_FIELDS * m
+    own = visited + words
+    return {"drones": drones, "victims": victims, "visited": visited, "own_visited": own,
+            "words": words, "cells_per_side": side, "size": own + words * n}
+
+
+class DroneSwarm(NativeEnv):
+    """Search and rescue with a relay network; one row per drone (see module doc)."""
+
+    name = "drone_swarm"
+    native_module = _drone_swarm
+    presets = {
+        "default": {},
+        # distribution shift for evaluation
+        "short_radio": {"r_comm": 10.0},
+        "link_drops": {"p_comm_drop": 0.1},
+        "many_victims": {"n_victims": 30},
+        "randomised": {"randomise": 1},
+        "large_area": {"world_size": 200.0, "n_drones": 16, "n_victims": 20,
+                       "victim_max_dist": 140.0},
+    }
+
+    def __init__(self, *args, **kwargs):
+        if self.native_module is None:
+            raise ImportError("peregrine.envs.drone_swarm._drone_swarm is not built; run "
+                              "PEREGRINE_ENVS=drone_swarm python setup.py build_ext --inplace")
+        super().__init__(*args, **kwargs)
+
+    @classmethod
+    def config_fields(cls):
+        return CONFIG_FIELDS
+
+    @classmethod
+    def resolve_config(cls, config: dict) -> dict:
+        """Range checks (NativeEnv), the centre default for the base, cross-field rules."""
+        c = super().resolve_config(config)
+        size = c["world_size"]
+        for axis in ("base_x", "base_y"):
+            if c[axis] == -1.0:
+                c[axis] = size / 2.0
+            elif not 0.0 <= c[axis] <= size:
+                raise ValueError(f"config field {axis!r} = {c[axis]!r} must be -1 (centre) or "
+                                 f"in [0, world_size = {size:g}]")
+        if not (c["spawn_radius"] == -1.0 or c["spawn_radius"] >= 0.0):
+            raise ValueError(f"config field 'spawn_radius' = {c['spawn_radius']!r} must be -1 "
+                             "(= r_comm) or >= 0")
+        if c["victim_min_dist"] > c["victim_max_dist"]:
+            raise ValueError(f"config field 'victim_min_dist' = {c['victim_min_dist']:g} must be "
+                             f"<= victim_max_dist = {c['victim_max_dist']:g}")
+        far_x = max(c["base_x"], size - c["base_x"])
+        far_y = max(c["base_y"], size - c["base_y"])
+        farthest = math.sqrt(far_x * far_x + far_y * far_y)
+        if c["victim_min_dist"] > farthest:
+            raise ValueError(f"config field 'victim_min_dist' = {c['victim_min_dist']:g} puts the "
+                             f"victim annulus outside the world: the farthest point of the world "
+                             f"is {farthest:g} from the base")
+        side = cells_per_side(c)
+        if side > MAX_CELLS_PER_SIDE:
+            raise ValueError(f"config field 'cell_size' = {c['cell_size']:g} gives {side} cells per "
+                             f"side for world_size {size:g}; at most {MAX_CELLS_PER_SIDE} allowed")
+        if c["r_comm_min"] > c["r_comm_max"]:
+            raise ValueError(f"config field 'r_comm_min' = {c['r_comm_min']:g} must be <= "
+                             f"r_comm_max = {c['r_comm_max']:g}")
+        if c["p_comm_drop_min"] > c["p_comm_drop_max"]:
+            raise ValueError(f"config field 'p_comm_drop_min' = {c['p_comm_drop_min']:g} must be "
+                             f"<= p_comm_drop_max = {c['p_comm_drop_max']:g}")
+        for k in range(4):
+            name = f"t_confirm_choice_{k}"
+            if c[name] == 0:
+                raise ValueError(f"config field {name!r} = 0 must be -1 (unused) or >= 1")
+        return c
+
+    def observation_bounds(self):
+        return -1.0, 1.0
+
+    @property
+    def state_layout(self) -> dict:
+        return state_layout(self.config)
