@@ -1,0 +1,27 @@
+"""PPO training over Peregrine's flat row buffers.
+
+    from peregrine.train import load_config, train
+    config = load_config("cartpole", overrides=[("train.total_steps", 50_000)])
+    summary = train(config)            # writes runs/cartpole-.../ and returns a summary
+
+Modules: `config` (TOML sections env/vec/train/policy and overrides), `policy`
+(MLP/LSTM with categorical, multi-discrete and Gaussian heads), `ppo` (the
+Trainer: rollout storage, GAE, losses), `checkpoint` (atomic, verified files;
+`load_actor` for evaluation), `run` (run directory, loop, Ctrl-C), `cli`.
+Importing this package does not import torch; the functions below do.
+"""
+from __future__ import annotations
+
+from .config import Config, load_config
+
+__all__ = ["Config", "load_config", "train", "load_actor"]
+
+
+def train(config, run_dir=None, **kwargs):
+    from .run import train as _train
+    return _train(config, run_dir, **kwargs)
+
+
+def load_actor(path, env):
+    from .checkpoint import load_actor as _load_actor
+    return _load_actor(path, env)

@@ -1,0 +1,167 @@
+"""Checkpoints: written atomically, verified on load, loadable as a bare actor.
+
+File layout: a 16-byte magic, the payload length (8 bytes, little endian), the
+payload's SHA-256 (32 bytes), then the payload: `torch.save` of a dict of
+tensors and plain values (loaded back with `weights_only=True`, so a
+checkpoint cannot run code). The header lets a truncated or corrupted file be
+told apart from a checkpoint of another env or format, each with its own
+message, instead of an unpickling traceback.
+
+Writes go to a temporary file in the same folder, are flushed to disk and then
+renamed over the target, so a crash mid-write leaves the previous checkpoint.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import struct
+from pathlib import Path
+
+import numpy as np
+import torch
+
+MAGIC = b"PEREGRINE-CKPT\x00\x01"
+HEADER = struct.Struct("<16sQ32s")
+FORMAT_VERSION = 1
+
+
+def save(path, payload: dict) -> None:
+    """Writes `payload` to `path` atomically with an integrity header."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    buffer = io.BytesIO()
+    torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
+    data = buffer.getvalue()
+    header = HEADER.pack(MAGIC, len(data), hashlib.sha256(data).digest())
+    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    try:
+        with open(temporary, "wb") as handle:
+            handle.write(header)
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    finally:
+        if temporary.exists():
+            temporary.unlink()
+
+
+def load(path, map_location="cpu") -> dict:
+    """The payload of a checkpoint; ValueError naming the problem if it is not sound."""
+    path = Path(path)
+    if path.is_dir():
+        candidate = path / "checkpoints" / "latest.pt"
+        path = candidate if candidate.is_file() else path / "latest.pt"
+    if not path.is_file():
+        raise ValueError(f"checkpoint {str(path)!r} does not exist")
+    raw = path.read_bytes()
+    if len(raw) < HEADER.size or raw[:len(MAGIC)] != MAGIC:
+        if len(raw) < HEADER.size and MAGIC.startswith(raw[:len(MAGIC)]) and raw:
+            raise ValueError(f"checkpoint {str(path)!r} is truncated: {len(raw)} bytes, "
+                             f"shorter than its header")
+        raise ValueError(f"{str(path)!r} is not a Peregrine checkpoint (bad header)")
+    _magic, length, digest = HEADER.unpack_from(raw)
+    data = raw[HEADER.size:]
+    if len(data) != length:
+        raise ValueError(f"checkpoint {str(path)!r} is truncated: payload has {len(data)} of "
+                         f"{length} bytes")
+    if hashlib.sha256(data).digest() != digest:
+        raise ValueError(f"checkpoint {str(path)!r} is corrupt: its checksum does not match")
+    try:
+        payload = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any decoding failure means a bad file
+        raise ValueError(f"checkpoint {str(path)!r} could not be decoded: {error}") from None
+    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
+        raise ValueError(f"checkpoint {str(path)!r} has an unsupported format version "
+                         f"{payload.get('format_version') if isinstance(payload, dict) else None}")
+    return payload
+
+
+def check_env(payload: dict, env, path="checkpoint") -> None:
+    """ValueError unless the env's spaces are the ones the checkpoint was trained on."""
+    from .policy import describe_space
+    expected = {"observation_space": payload.get("observation_space"),
+                "action_space": payload.get("action_space")}
+    actual = {"observation_space": describe_space(env.single_observation_space),
+              "action_space": describe_space(env.single_action_space)}
+    for key in expected:
+        if expected[key] != actual[key]:
+            raise ValueError(f"{path} was trained on {payload.get('env_name')!r} with "
+                             f"{key} {expected[key]}, but this env has {actual[key]}")
+
+
+def build_policy(payload: dict, env, path="checkpoint"):
+    from .config import PolicyConfig
+    from .policy import Policy
+    check_env(payload, env, path)
+    policy_config = PolicyConfig(**payload["config"]["policy"])
+    policy = Policy(env.single_observation_space, env.single_action_space, policy_config)
+    try:
+        policy.load_state_dict(payload["policy"])
+    except (RuntimeError, KeyError) as error:
+        raise ValueError(f"{path} does not match its policy config: {error}") from None
+    policy.eval()
+    return policy
+
+
+class Actor:
+    """A deterministic policy: observations [rows, obs_dim] -> actions [rows, ...].
+
+    Argmax for categorical heads, the mean (clipped to the space) for Gaussian
+    ones. Recurrent policies keep one state per row, reset where `starts`
+    (or the env's terminals | truncations, passed to `observe_done`) say an
+    episode began; call `reset()` before a new batch of episodes.
+    """
+
+    def __init__(self, policy, action_space):
+        self.policy = policy
+        self.action_dtype = np.dtype(action_space.dtype)
+        self.low = self.high = None
+        if policy.action_kind == "box":
+            self.low = torch.as_tensor(action_space.low, dtype=torch.float32)
+            self.high = torch.as_tensor(action_space.high, dtype=torch.float32)
+        self.state = None
+        self.starts = None
+
+    def reset(self) -> None:
+        self.state = None
+
+    def observe_done(self, terminals, truncations) -> None:
+        self.starts = torch.from_numpy(np.asarray(terminals) | np.asarray(truncations))
+
+    @torch.no_grad()
+    def __call__(self, observations: np.ndarray) -> np.ndarray:
+        obs = torch.as_tensor(np.asarray(observations))
+        if obs.ndim == 1:
+            obs = obs.unsqueeze(0)
+        rows = obs.shape[0]
+        if self.policy.use_lstm:
+            if self.state is None or self.state[0].shape[0] != rows:
+                self.state = self.policy.initial_state(rows, "cpu")
+                self.starts = torch.zeros(rows, dtype=torch.bool)
+            starts = self.starts if self.starts is not None else torch.zeros(rows, dtype=torch.bool)
+            params, _values, self.state = self.policy.heads(obs, self.state, starts)
+            self.starts = torch.zeros(rows, dtype=torch.bool)
+        else:
+            params, _values, _ = self.policy.heads(obs)
+        actions = self.policy.deterministic(params)
+        if self.low is not None:
+            actions = torch.maximum(torch.minimum(actions, self.high), self.low)
+        result = actions.numpy().astype(self.action_dtype, copy=False)
+        return np.ascontiguousarray(result)
+
+
+def load_actor(path, env) -> Actor:
+    """A deterministic actor from a checkpoint file (or a run directory) for `env`.
+
+    Raises ValueError for a missing, truncated, corrupt or foreign file and for
+    a checkpoint trained on an env with other spaces.
+    """
+    payload = load(path)
+    label = f"checkpoint {str(path)!r}"
+    for key in ("policy", "config", "observation_space", "action_space"):
+        if key not in payload:
+            raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
+    policy = build_policy(payload, env, label)
+    return Actor(policy, env.single_action_space)

@@ -1,0 +1,151 @@
+"""`peregrine train ENV [--config FILE] [--SECTION.KEY VALUE ...]`.
+
+    peregrine train cartpole                         # shipped config, dashboard on a TTY
+    peregrine train cartpole --train.learning-rate 3e-4 --vec.num-envs 64
+    peregrine train cartpole --detach                # headless: metrics.jsonl only
+    peregrine train --resume runs/cartpole-...       # continue where it stopped
+
+Display: `--monitor` starts `peregrine monitor RUN_DIR` as a child process
+(a Rich dashboard reading the run's metrics; closing it never affects
+training); `--detach` prints nothing but the run directory and the final
+summary. Without either, a TTY gets the dashboard and anything else gets one
+plain progress line every `train.progress_interval` updates. When the monitor
+module is not installed, `--monitor` falls back to the plain lines.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs
+
+KNOWN_FLAGS = ("--config", "--resume", "--seed", "--total-steps", "--run-dir", "--monitor",
+               "--detach")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    parser.epilog = (f"Overrides: --SECTION.KEY VALUE with SECTION one of "
+                     f"{['env', *SECTIONS]} (e.g. --train.learning-rate 3e-4, "
+                     f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}.")
+    parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
+    _add_flags(parser)
+    parser.add_argument("overrides", nargs=argparse.REMAINDER,
+                        help="--SECTION.KEY VALUE pairs overriding the config")
+
+
+def _add_flags(parser):
+    parser.add_argument("--config", help="TOML file layered over the env's shipped config")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
+    parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
+    parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")
+    parser.add_argument("--run-dir", help="exact run directory (default: runs/<env>-<time>-s<seed>)")
+    display = parser.add_mutually_exclusive_group()
+    display.add_argument("--monitor", action="store_true", help="live dashboard (child process)")
+    display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
+
+
+def split_remainder(args) -> tuple[argparse.Namespace, list[str]]:
+    """Known flags may also appear among the overrides (after them on the line)."""
+    tokens = list(args.overrides or [])
+    if args.env is not None and args.env.startswith("--"):
+        tokens.insert(0, args.env)
+        args.env = None
+    parser = argparse.ArgumentParser(add_help=False)
+    _add_flags(parser)
+    known, rest = parser.parse_known_args(tokens)
+    for name, value in vars(known).items():
+        if value not in (None, False):
+            setattr(args, name, value)
+    if rest and args.env is None and not rest[0].startswith("--") and not args.resume:
+        args.env = rest.pop(0)
+    return args, rest
+
+
+def run(args) -> int:
+    args, tokens = split_remainder(args)
+    overrides = parse_override_tokens(tokens)
+    if args.seed is not None:
+        overrides.append(("train.seed", args.seed))
+    if args.total_steps is not None:
+        overrides.append(("train.total_steps", args.total_steps))
+
+    from . import run as runs  # imports torch: only after the arguments are sound
+    if args.resume:
+        run_dir = Path(args.resume)
+        config = runs.load_run_config(run_dir, overrides)
+        if args.env is not None and args.env != config.env_name:
+            raise ValueError(f"--resume {str(run_dir)!r} is a {config.env_name!r} run, not "
+                             f"{args.env!r}")
+        if args.config:
+            raise ValueError("--config cannot be combined with --resume (the run's own "
+                             "config.toml is used; pass overrides instead)")
+    else:
+        if args.env is None and args.config is None:
+            raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
+                             f"(shipped configs: {', '.join(shipped_configs())})")
+        from ..registry import ENVS
+        if args.env is not None and args.env not in ENVS:
+            raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
+        config = load_config(args.env, args.config, overrides)
+        run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+
+    mode = "detach" if args.detach else "monitor" if args.monitor else (
+        "monitor" if sys.stdout.isatty() else "plain")
+    monitor_available = importlib.util.find_spec("peregrine.monitor") is not None
+    if mode == "monitor" and not monitor_available:
+        print("peregrine train: the dashboard (peregrine.monitor) is not installed; "
+              "printing progress lines instead", file=sys.stderr)
+        mode = "plain"
+
+    child = {}
+    total_updates = None
+
+    def on_start(directory):
+        print(f"run directory: {directory}", flush=True)
+        if mode == "monitor":
+            child["process"] = subprocess.Popen(
+                [sys.executable, "-m", "peregrine.cli", "monitor", str(directory)])
+
+    def progress(record):
+        print(runs.format_progress(record, total_updates), flush=True)
+
+    if mode == "plain":
+        print(f"training {config.env_name}: {config.train.total_steps:,} steps, "
+              f"{config.vec.num_envs} envs, seed {config.train.seed}", flush=True)
+    summary = None
+    try:
+        summary = runs.train(config, run_dir, resume=bool(args.resume),
+                             progress=progress if mode == "plain" else None, on_start=on_start)
+    finally:
+        _finish_monitor(child.get("process"))
+    recent = summary["recent_return"]
+    recent_text = "n/a" if recent is None else f"{recent:.1f}"
+    print(f"{summary['status']}: {summary['global_step']:,} steps in {summary['elapsed']:.2f} s "
+          f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
+          f"{summary['episodes']:,} episodes", flush=True)
+    print(f"checkpoint: {summary['checkpoint']}", flush=True)
+    print(f"evaluate:   peregrine eval {config.env_name} --checkpoint {summary['checkpoint']}",
+          flush=True)
+    return 130 if summary["status"] == "interrupted" else 0
+
+
+def _finish_monitor(process, grace: float = 3.0) -> None:
+    """Lets the dashboard draw the final state and exit; stops it if it lingers."""
+    if process is None:
+        return
+    try:
+        process.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        process.terminate()
+        try:
+            process.wait(timeout=2.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    except KeyboardInterrupt:
+        process.kill()
+        process.wait()

@@ -1,0 +1,358 @@
+"""Training configuration: four sections (env, vec, train, policy) from TOML.
+
+A run's configuration is resolved in layers, later ones winning:
+
+    built-in defaults (the dataclasses below)
+    -> the env's shipped file, peregrine/train/configs/<env>.toml
+    -> a user file (--config FILE)
+    -> command-line overrides (--train.learning-rate 3e-4, --vec.num-envs 64)
+
+Sections `vec`, `train` and `policy` have fixed keys with types taken from the
+defaults; an unknown key or a value of the wrong type is a ValueError that names
+the key and lists the valid ones. Section `env` holds the env's name plus its
+own config fields (the keywords of `peregrine.make`), checked against the env
+class when it is a registered native env. The resolved configuration is written
+to the run directory as TOML, so `--resume` and `--config` read it back.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+CONFIG_DIR = Path(__file__).resolve().parent / "configs"
+
+
+@dataclass
+class VecConfig:
+    backend: str = "native"          # native | serial | multiprocessing (peregrine.vector)
+    num_envs: int = 16               # env instances; rows = num_envs * agents_per_env
+    num_threads: int = 1             # C step threads inside one native batch
+    num_workers: int = 1             # worker processes (peregrine.vector backends)
+
+
+@dataclass
+class TrainConfig:
+    seed: int = 1
+    total_steps: int = 100_000       # agent steps (rows x steps) to train for
+    horizon: int = 64                # steps per row per update (rollout length)
+    minibatch_size: int = 512        # samples per gradient step
+    update_epochs: int = 4           # passes over each rollout
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True           # linear decay to 0 over total_steps
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_coef: float = 0.2
+    clip_vloss: bool = True
+    vf_coef: float = 0.5
+    ent_coef: float = 0.01
+    max_grad_norm: float = 0.5
+    norm_adv: bool = True
+    target_kl: float = 0.0           # > 0: stop an update's epochs once approx KL exceeds it
+    adam_eps: float = 1e-5
+    device: str = "cpu"              # cpu | cuda | auto
+    torch_threads: int = 1           # torch.set_num_threads; env threads are vec.num_threads
+    deterministic: bool = True       # torch.use_deterministic_algorithms (cheap on CPU)
+    checkpoint_interval: int = 50    # updates between checkpoints; 0 = only at the end
+    progress_interval: int = 10      # updates between plain progress lines
+    run_dir: str = "runs"            # parent folder of run directories
+    tensorboard: bool = False        # also write TensorBoard event files (if installed)
+    stop_return: float = 0.0         # > 0: stop once the recent mean episode return reaches it
+
+
+@dataclass
+class PolicyConfig:
+    hidden_size: int = 64
+    num_layers: int = 2              # hidden layers in each of the actor and critic MLPs
+    activation: str = "tanh"         # tanh | relu
+    lstm: bool = False               # an LSTM core after the encoder, state per row
+    lstm_size: int = 64
+    bptt_horizon: int = 16           # truncated backprop length (must divide train.horizon)
+    init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
+
+
+SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
+CHOICES = {
+    ("vec", "backend"): ("native", "serial", "multiprocessing"),
+    ("train", "device"): ("cpu", "cuda", "auto"),
+    ("policy", "activation"): ("tanh", "relu"),
+}
+
+
+@dataclass
+class Config:
+    env: dict[str, Any] = field(default_factory=dict)   # name + env config fields
+    vec: VecConfig = field(default_factory=VecConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    policy: PolicyConfig = field(default_factory=PolicyConfig)
+
+    @property
+    def env_name(self) -> str:
+        return self.env["name"]
+
+    @property
+    def env_kwargs(self) -> dict[str, Any]:
+        return {k: v for k, v in self.env.items() if k != "name"}
+
+    def to_dict(self) -> dict[str, dict[str, Any]]:
+        return {"env": dict(self.env), **{name: dataclasses.asdict(getattr(self, name))
+                                          for name in SECTIONS}}
+
+    def to_toml(self) -> str:
+        return dump_toml(self.to_dict())
+
+
+# ---- loading ----------------------------------------------------------------
+
+def shipped_config_path(env_name: str) -> Path:
+    return CONFIG_DIR / f"{env_name}.toml"
+
+
+def shipped_configs() -> list[str]:
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+
+
+def read_toml(path) -> dict:
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"config file {str(path)!r} does not exist")
+    try:
+        with open(path, "rb") as handle:
+            return tomllib.load(handle)
+    except tomllib.TOMLDecodeError as error:
+        raise ValueError(f"config file {str(path)!r} is not valid TOML: {error}") from None
+
+
+def load_config(env_name: str | None = None, config_file=None, overrides=(),
+                base: dict | None = None) -> Config:
+    """Resolves a Config: defaults, shipped env file, user file, overrides.
+
+    `overrides` is a sequence of ("section.key", value) pairs (values may be
+    strings, converted by the key's type) or a list of command-line tokens
+    (see `parse_override_tokens`). `base` (a dict as written by `to_dict`)
+    replaces the defaults + shipped file, for resuming a run.
+    """
+    layers: list[dict] = []
+    if base is not None:
+        layers.append(base)
+    user = read_toml(config_file) if config_file is not None else {}
+    if env_name is None:
+        env_name = (user.get("env", {}) or {}).get("name") or (base or {}).get("env", {}).get("name")
+    if env_name is None:
+        raise ValueError("no env given: pass ENV (e.g. `peregrine train cartpole`) or a --config "
+                         "file with [env] name = ...")
+    if base is None:
+        shipped = shipped_config_path(env_name)
+        if shipped.is_file():
+            layers.append(read_toml(shipped))
+    layers.append(user)
+    config = Config(env={"name": env_name})
+    for layer in layers:
+        apply_dict(config, layer)
+    if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
+        overrides = parse_override_tokens(overrides)
+    for key, value in overrides:
+        set_key(config, key, value)
+    if config.env.get("name") != env_name:
+        raise ValueError(f"env.name is {config.env.get('name')!r} but the env given is {env_name!r}")
+    validate(config)
+    return config
+
+
+def apply_dict(config: Config, data: dict) -> None:
+    unknown = sorted(set(data) - {"env", *SECTIONS})
+    if unknown:
+        raise ValueError(f"unknown config section(s) {unknown}; valid sections: "
+                         f"{['env', *SECTIONS]}")
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise ValueError(f"config section [{section}] must be a table, got {values!r}")
+        for key, value in values.items():
+            set_key(config, f"{section}.{key}", value)
+
+
+def valid_keys(config: Config, section: str) -> list[str]:
+    if section == "env":
+        fields = env_config_fields(config.env.get("name"))
+        return ["name", "preset", *(f[0] for f in fields or ())]
+    return [f.name for f in dataclasses.fields(SECTIONS[section])]
+
+
+def set_key(config: Config, dotted: str, value: Any) -> None:
+    """Sets `section.key` (dashes allowed in key) converting `value` to the key's type."""
+    section, _, key = dotted.partition(".")
+    key = key.replace("-", "_")
+    if section not in ("env", *SECTIONS) or not key:
+        raise ValueError(f"config key {dotted!r} must look like SECTION.KEY with SECTION one of "
+                         f"{['env', *SECTIONS]}")
+    if section == "env":
+        config.env[key] = convert_env_value(config.env.get("name"), key, value)
+        return
+    target = getattr(config, section)
+    names = {f.name: f for f in dataclasses.fields(target)}
+    if key not in names:
+        raise ValueError(f"unknown config key {section}.{key}; valid keys in [{section}]: "
+                         f"{sorted(names)}")
+    default = getattr(type(target)(), key)
+    converted = convert(f"{section}.{key}", value, type(default))
+    choices = CHOICES.get((section, key))
+    if choices is not None and converted not in choices:
+        raise ValueError(f"{section}.{key} = {converted!r} is not one of {list(choices)}")
+    setattr(target, key, converted)
+
+
+def convert(name: str, value: Any, kind: type) -> Any:
+    """Converts a TOML or command-line value to bool/int/float/str, naming `name` on failure."""
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
+            return True
+        if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
+            return False
+        raise ValueError(f"{name} must be true or false, got {value!r}")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        if isinstance(value, int):
+            return value
+        try:
+            number = float(value)  # accepts "1e5" and "100_000"
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        if not math.isfinite(number) or number != int(number):
+            raise ValueError(f"{name} must be an integer, got {value!r}")
+        return int(number)
+    if kind is float:
+        if isinstance(value, bool):
+            raise ValueError(f"{name} must be a number, got {value!r}")
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if not math.isfinite(number):
+            raise ValueError(f"{name} must be finite, got {value!r}")
+        return number
+    if not isinstance(value, str):
+        raise ValueError(f"{name} must be a string, got {value!r}")
+    return value
+
+
+def env_config_fields(env_name):
+    """The env's (name, default, min, max, is_integer) fields, or None if unknown."""
+    if env_name is None:
+        return None
+    from ..registry import ENVS, env_class
+    if env_name not in ENVS:
+        return None
+    cls = env_class(env_name)
+    return cls.config_fields() if hasattr(cls, "config_fields") else None
+
+
+def convert_env_value(env_name, key: str, value: Any) -> Any:
+    if key == "name":
+        return convert("env.name", value, str)
+    if key == "preset":
+        return convert("env.preset", value, str)
+    fields = env_config_fields(env_name)
+    if fields is None:  # not a registered native env: pass values through as TOML gave them
+        if isinstance(value, str):
+            for kind in (int, float):
+                try:
+                    return convert(f"env.{key}", value, kind)
+                except ValueError:
+                    pass
+        return value
+    by_name = {f[0]: f for f in fields}
+    if key not in by_name:
+        raise ValueError(f"unknown config key env.{key} for {env_name}; valid keys in [env]: "
+                         f"{['name', 'preset', *by_name]}")
+    return convert(f"env.{key}", value, int if by_name[key][4] else float)
+
+
+def validate(config: Config) -> None:
+    """Cross-field checks; each message names the keys involved."""
+    t, v, p = config.train, config.vec, config.policy
+    positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
+                ("vec.num_workers", v.num_workers), ("train.total_steps", t.total_steps),
+                ("train.horizon", t.horizon), ("train.minibatch_size", t.minibatch_size),
+                ("train.update_epochs", t.update_epochs), ("train.torch_threads", t.torch_threads),
+                ("policy.hidden_size", p.hidden_size), ("policy.lstm_size", p.lstm_size),
+                ("policy.bptt_horizon", p.bptt_horizon)]
+    for name, value in positive:
+        if value < 1:
+            raise ValueError(f"{name} must be >= 1, got {value}")
+    nonnegative = [("train.learning_rate", t.learning_rate), ("train.clip_coef", t.clip_coef),
+                   ("train.vf_coef", t.vf_coef), ("train.ent_coef", t.ent_coef),
+                   ("train.max_grad_norm", t.max_grad_norm), ("train.target_kl", t.target_kl),
+                   ("train.checkpoint_interval", t.checkpoint_interval),
+                   ("train.progress_interval", t.progress_interval), ("train.seed", t.seed),
+                   ("policy.num_layers", p.num_layers)]
+    for name, value in nonnegative:
+        if value < 0:
+            raise ValueError(f"{name} must be >= 0, got {value}")
+    for name, value in (("train.gamma", t.gamma), ("train.gae_lambda", t.gae_lambda)):
+        if not 0.0 <= value <= 1.0:
+            raise ValueError(f"{name} must be in [0, 1], got {value}")
+    if t.adam_eps <= 0:
+        raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
+    if p.lstm and t.horizon % p.bptt_horizon:
+        raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
+                         f"({t.horizon}) when policy.lstm is true")
+
+
+# ---- command-line overrides ---------------------------------------------------
+
+def parse_override_tokens(tokens) -> list[tuple[str, str]]:
+    """['--train.learning-rate', '3e-4', '--vec.num-envs=64'] -> [(key, value), ...]."""
+    pairs = []
+    tokens = list(tokens)
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
+        if not token.startswith("--") or "." not in token.split("=", 1)[0]:
+            raise ValueError(f"unexpected argument {token!r}; overrides look like "
+                             f"--SECTION.KEY VALUE (e.g. --train.learning-rate 3e-4), "
+                             f"SECTION one of {['env', *SECTIONS]}")
+        if "=" in token:
+            key, value = token[2:].split("=", 1)
+            i += 1
+        else:
+            if i + 1 >= len(tokens):
+                raise ValueError(f"override {token} needs a value")
+            key, value = token[2:], tokens[i + 1]
+            i += 2
+        pairs.append((key, value))
+    return pairs
+
+
+# ---- writing TOML (flat tables of scalars) -------------------------------------
+
+def _toml_value(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        escaped = value.replace("\\", "\\\\").replace('"', '\\"')
+        return f'"{escaped}"'
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise ValueError(f"cannot write {value!r} to TOML")
+
+
+def dump_toml(data: dict[str, dict[str, Any]]) -> str:
+    lines = []
+    for section, values in data.items():
+        lines.append(f"[{section}]")
+        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,81 @@
+"""Where a run's numbers go: metrics.jsonl always, the dashboard writer and
+TensorBoard when installed.
+
+`metrics.jsonl` in the run directory gets one JSON object per update (the
+trainer's own record, read by the benchmarks and tests). When
+`peregrine.monitor` is installed its `MetricsWriter` is fed too, so a
+`peregrine monitor RUN_DIR` dashboard can attach; a failure there disables it
+with a warning and never stops training. TensorBoard event files go to
+RUN_DIR/tensorboard when `train.tensorboard` is true and tensorboard imports.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+
+class RunLogger:
+    def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True):
+        self.run_dir = Path(run_dir)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self.writer = None
+        if dashboard:
+            try:
+                from ..monitor.metrics import MetricsWriter
+            except ImportError:
+                MetricsWriter = None
+            if MetricsWriter is not None:
+                try:
+                    self.writer = MetricsWriter(self.run_dir, list(env_stat_names))
+                except Exception as error:  # noqa: BLE001 - the dashboard is optional
+                    self._warn(f"dashboard metrics disabled: {error}")
+        self.tensorboard = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+                self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except Exception as error:  # noqa: BLE001 - optional dependency
+                self._warn(f"TensorBoard logging disabled: {error}")
+
+    @staticmethod
+    def _warn(message: str) -> None:
+        print(f"peregrine train: warning: {message}", file=sys.stderr)
+
+    def update(self, record: dict) -> None:
+        self.jsonl.write(json.dumps(record) + "\n")
+        if self.writer is not None:
+            try:
+                self.writer.update(
+                    global_step=record["global_step"], updates=record["updates"],
+                    sps=record["sps"], elapsed=record["elapsed"], episodes=record["episodes"],
+                    episode_return=record.get("episode_return"),
+                    episode_length=record.get("episode_length"),
+                    env_stats=record.get("env_stats", {}), losses=record["losses"],
+                    time_split=record["time_split"], status="running")
+            except Exception as error:  # noqa: BLE001
+                self._warn(f"dashboard metrics disabled: {error}")
+                self.writer = None
+        if self.tensorboard is not None:
+            step = record["global_step"]
+            scalars = {"charts/sps": record["sps"]}
+            if record.get("episode_return") is not None:
+                scalars["charts/episode_return"] = record["episode_return"]
+                scalars["charts/episode_length"] = record["episode_length"]
+            scalars.update({f"env/{k}": v for k, v in record.get("env_stats", {}).items()})
+            scalars.update({f"losses/{k}": v for k, v in record["losses"].items()})
+            scalars.update({f"time/{k}": v for k, v in record["time_split"].items()})
+            for key, value in scalars.items():
+                self.tensorboard.add_scalar(key, value, step)
+
+    def close(self, status: str) -> None:
+        self.jsonl.write(json.dumps({"status": status}) + "\n")
+        self.jsonl.close()
+        if self.writer is not None:
+            try:
+                self.writer.close(status=status)
+            except Exception as error:  # noqa: BLE001
+                self._warn(f"dashboard writer failed to close: {error}")
+        if self.tensorboard is not None:
+            self.tensorboard.close()

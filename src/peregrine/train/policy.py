@@ -1,0 +1,194 @@
+"""Policies: an MLP actor and critic, with the action head chosen by the space.
+
+    Discrete(n)         categorical over n logits
+    MultiDiscrete(nvec) one categorical per component, log-probs summed
+    Box(d)              diagonal Gaussian: a mean per dimension and a learned,
+                        state-independent log standard deviation
+
+Without an LSTM the actor and the critic are separate MLPs (sharing a trunk
+makes the value loss fight the policy on small problems). With
+`policy.lstm = true` one encoder MLP feeds an LSTM cell whose state is kept per
+row: it is zeroed where a row's episode just started and carried across the
+rollout; training replays each row in segments of `bptt_horizon` steps from
+the state saved at the segment's start (truncated backprop through time).
+
+Sampling takes a `torch.Generator`, so a seeded run draws the same actions on
+every run; log-probabilities and entropies are written out by hand rather than
+through `torch.distributions`, which costs several microseconds per call in
+validation and object creation on the rollout's hot path.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+from gymnasium import spaces
+from torch import nn
+
+LOG_2PI = math.log(2.0 * math.pi)
+
+
+def describe_space(space) -> dict:
+    """A plain-data description of a space, stored in checkpoints to detect mismatches."""
+    if isinstance(space, spaces.Discrete):
+        return {"kind": "discrete", "n": int(space.n)}
+    if isinstance(space, spaces.MultiDiscrete):
+        return {"kind": "multidiscrete", "nvec": [int(n) for n in np.asarray(space.nvec).ravel()]}
+    if isinstance(space, spaces.Box):
+        return {"kind": "box", "shape": [int(s) for s in space.shape], "dtype": str(space.dtype)}
+    raise ValueError(f"unsupported space {space!r}; Peregrine policies take Discrete, "
+                     f"MultiDiscrete or Box")
+
+
+def layer_init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+def mlp(in_size: int, hidden: int, layers: int, activation: str) -> tuple[nn.Module, int]:
+    act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
+    modules: list[nn.Module] = []
+    size = in_size
+    for _ in range(layers):
+        modules += [layer_init(nn.Linear(size, hidden), math.sqrt(2.0)), act()]
+        size = hidden
+    return nn.Sequential(*modules), size
+
+
+class Policy(nn.Module):
+    def __init__(self, observation_space, action_space, config):
+        super().__init__()
+        self.observation_space_desc = describe_space(observation_space)
+        self.action_space_desc = describe_space(action_space)
+        if self.observation_space_desc["kind"] != "box" or len(observation_space.shape) != 1:
+            raise ValueError(f"observations must be a flat Box, got {observation_space!r}")
+        self.obs_dim = int(observation_space.shape[0])
+        self.obs_scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else None
+        kind = self.action_space_desc["kind"]
+        self.action_kind = kind
+        if kind == "discrete":
+            self.nvec = [self.action_space_desc["n"]]
+            out = self.nvec[0]
+        elif kind == "multidiscrete":
+            self.nvec = self.action_space_desc["nvec"]
+            out = sum(self.nvec)
+        else:
+            if len(action_space.shape) != 1:
+                raise ValueError(f"Box actions must be flat, got shape {action_space.shape}")
+            self.nvec = []
+            out = int(action_space.shape[0])
+        self.action_dim = out
+        self.use_lstm = bool(config.lstm)
+        hidden, layers, activation = config.hidden_size, config.num_layers, config.activation
+        if self.use_lstm:
+            self.encoder, size = mlp(self.obs_dim, hidden, max(layers, 1), activation)
+            self.lstm = nn.LSTMCell(size, config.lstm_size)
+            for name, parameter in self.lstm.named_parameters():
+                if "bias" in name:
+                    nn.init.zeros_(parameter)
+                else:
+                    nn.init.orthogonal_(parameter, 1.0)
+            self.lstm_size = config.lstm_size
+            actor_in = critic_in = config.lstm_size
+            self.actor_body = self.critic_body = None
+        else:
+            self.actor_body, actor_in = mlp(self.obs_dim, hidden, layers, activation)
+            self.critic_body, critic_in = mlp(self.obs_dim, hidden, layers, activation)
+            self.lstm_size = 0
+        self.actor_head = layer_init(nn.Linear(actor_in, out), 0.01)
+        self.critic_head = layer_init(nn.Linear(critic_in, 1), 1.0)
+        if kind == "box":
+            self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
+
+    # ---- features --------------------------------------------------------------
+    def _input(self, observations: torch.Tensor) -> torch.Tensor:
+        x = observations.float() if observations.dtype != torch.float32 else observations
+        return x * self.obs_scale if self.obs_scale is not None else x
+
+    def initial_state(self, rows: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:
+        if not self.use_lstm:
+            return None
+        zeros = torch.zeros(rows, self.lstm_size, device=device)
+        return zeros, zeros.clone()
+
+    def _core(self, observations, state, starts):
+        """LSTM step: zero the state where an episode starts, then advance it."""
+        h, c = state
+        keep = (~starts).unsqueeze(1).to(h.dtype)
+        h, c = self.lstm(self.encoder(self._input(observations)), (h * keep, c * keep))
+        return h, (h, c)
+
+    def heads(self, observations, state=None, starts=None):
+        """(action parameters, values, new state) for one step of rows."""
+        if self.use_lstm:
+            features, state = self._core(observations, state, starts)
+            return self.actor_head(features), self.critic_head(features).squeeze(-1), state
+        x = self._input(observations)
+        return (self.actor_head(self.actor_body(x)),
+                self.critic_head(self.critic_body(x)).squeeze(-1), None)
+
+    def value(self, observations, state=None, starts=None) -> torch.Tensor:
+        if self.use_lstm:
+            features, _ = self._core(observations, state, starts)
+            return self.critic_head(features).squeeze(-1)
+        return self.critic_head(self.critic_body(self._input(observations))).squeeze(-1)
+
+    # ---- distributions ------------------------------------------------------------
+    def sample(self, params, generator):
+        """(actions, log-probs) drawn from the head's distribution."""
+        if self.action_kind == "box":
+            std = self.log_std.exp()
+            noise = torch.randn(params.shape, generator=generator, device=params.device)
+            actions = params + std * noise
+            logprob = (-0.5 * noise.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
+            return actions, logprob
+        if self.action_kind == "discrete":
+            return self._sample_categorical(params, generator)
+        actions, logprobs = [], 0
+        for logits in params.split(self.nvec, dim=-1):
+            a, lp = self._sample_categorical(logits, generator)
+            actions.append(a)
+            logprobs = logprobs + lp
+        return torch.stack(actions, dim=-1), logprobs
+
+    @staticmethod
+    def _sample_categorical(logits, generator):
+        # Inverse CDF with one uniform per row: cheaper than Gumbel-max (one
+        # draw instead of n) and than torch.multinomial for small n.
+        log_probs = torch.log_softmax(logits, dim=-1)
+        cdf = log_probs.exp().cumsum(-1)
+        uniform = torch.rand(logits.shape[0], 1, generator=generator, device=logits.device)
+        actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
+        return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+    def log_prob_entropy(self, params, actions):
+        """(log-probs of `actions`, entropies) under the head's distribution."""
+        if self.action_kind == "box":
+            std = self.log_std.exp()
+            z = (actions - params) / std
+            logprob = (-0.5 * z.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
+            entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(params.shape[0])
+            return logprob, entropy
+        if self.action_kind == "discrete":
+            return self._categorical_lp_ent(params, actions.long())
+        logprob = entropy = 0
+        for i, logits in enumerate(params.split(self.nvec, dim=-1)):
+            lp, ent = self._categorical_lp_ent(logits, actions[..., i].long())
+            logprob, entropy = logprob + lp, entropy + ent
+        return logprob, entropy
+
+    @staticmethod
+    def _categorical_lp_ent(logits, actions):
+        log_probs = torch.log_softmax(logits, dim=-1)
+        entropy = -(log_probs.exp() * log_probs).sum(-1)
+        return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), entropy
+
+    def deterministic(self, params):
+        """The mode: argmax per categorical, the mean for a Gaussian."""
+        if self.action_kind == "box":
+            return params
+        if self.action_kind == "discrete":
+            return params.argmax(-1)
+        return torch.stack([logits.argmax(-1) for logits in params.split(self.nvec, dim=-1)], -1)

@@ -1,0 +1,154 @@
+"""A training run: its directory, the update loop, checkpoints, Ctrl-C.
+
+Run directory (default runs/<env>-<UTC time>-s<seed>/):
+
+    config.toml              the resolved configuration (read back by --resume)
+    metrics.jsonl            one JSON record per update, then {"status": ...}
+    checkpoints/latest.pt    model, optimizer, RNG states, counters, config, env state
+    tensorboard/             event files, when train.tensorboard is true
+
+Checkpoints are taken only at update boundaries, every
+`train.checkpoint_interval` updates, at the end and on Ctrl-C: the first
+Ctrl-C lets the current update finish (a fraction of a second) and saves, so
+`--resume` continues exactly; a second Ctrl-C stops at once.
+"""
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+from . import checkpoint
+from .config import Config, load_config, read_toml
+from .metrics import RunLogger
+from .ppo import Trainer
+
+
+def new_run_dir(config: Config) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    parent = Path(config.train.run_dir)
+    base = f"{config.env_name}-{stamp}-s{config.train.seed}"
+    path, suffix = parent / base, 1
+    while path.exists():
+        suffix += 1
+        path = parent / f"{base}-{suffix}"
+    return path
+
+
+def checkpoint_path(run_dir) -> Path:
+    return Path(run_dir) / "checkpoints" / "latest.pt"
+
+
+def load_run_config(run_dir, overrides=()) -> Config:
+    """The resolved config of an existing run, with `overrides` applied on top."""
+    run_dir = Path(run_dir)
+    path = run_dir / "config.toml"
+    if not path.is_file():
+        raise ValueError(f"--resume {str(run_dir)!r}: no config.toml there; is it a run directory?")
+    base = read_toml(path)
+    name = base.get("env", {}).get("name")
+    return load_config(name, overrides=overrides, base=base)
+
+
+class StopFlag:
+    """Set by the first Ctrl-C (or by the caller); the loop checks it between updates."""
+
+    def __init__(self):
+        self.requested = False
+
+    def __call__(self) -> bool:
+        return self.requested
+
+
+def train(config: Config, run_dir=None, resume: bool = False, progress=None,
+          stop: StopFlag | None = None, on_start=None) -> dict:
+    """Trains until `total_steps`, `stop_return` or a stop request; returns a summary.
+
+    `progress(record)` is called every `train.progress_interval` updates;
+    `on_start(run_dir)` once the run directory and its config exist.
+    With `resume=True`, `run_dir` must hold a checkpoint to continue from.
+    """
+    t = config.train
+    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    if resume:
+        state = checkpoint.load(checkpoint_path(run_dir))
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(config.to_toml())
+    stop = stop or StopFlag()
+    trainer = Trainer(config)
+    logger = None
+    status = "crashed"
+    previous_handler = _install_sigint(stop)
+    try:
+        if resume:
+            trainer.load_state_dict(state)
+        logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard)
+        if on_start is not None:
+            on_start(run_dir)
+        solved_at = None
+        while not trainer.done and not stop():
+            record = trainer.update()
+            logger.update(record)
+            if progress is not None and (trainer.updates % max(t.progress_interval, 1) == 0
+                                         or trainer.done):
+                progress(record)
+            if t.checkpoint_interval and trainer.updates % t.checkpoint_interval == 0:
+                checkpoint.save(checkpoint_path(run_dir), trainer.state_dict())
+            recent = record["recent_return"]
+            if t.stop_return > 0 and recent is not None and recent >= t.stop_return:
+                solved_at = record
+                break
+        checkpoint.save(checkpoint_path(run_dir), trainer.state_dict())
+        status = "interrupted" if stop() else "finished"
+        return {
+            "run_dir": str(run_dir), "status": status, "global_step": trainer.global_step,
+            "updates": trainer.updates, "elapsed": trainer.elapsed,
+            "sps": trainer.global_step / trainer.elapsed if trainer.elapsed else 0.0,
+            "recent_return": trainer.recent_return(), "episodes": trainer.episodes,
+            "stopped_at_return": solved_at is not None,
+            "checkpoint": str(checkpoint_path(run_dir)),
+        }
+    except KeyboardInterrupt:
+        status = "interrupted"
+        raise
+    finally:
+        _restore_sigint(previous_handler)
+        if logger is not None:
+            logger.close(status)
+        trainer.close()
+
+
+def _install_sigint(stop: StopFlag):
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum, frame):
+        if stop.requested:
+            raise KeyboardInterrupt
+        stop.requested = True
+
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:
+        return None
+
+
+def _restore_sigint(previous):
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
+def format_progress(record: dict, total_updates: int | None = None) -> str:
+    ret = record.get("recent_return")
+    ret_text = "-" if ret is None else f"{ret:8.1f}"
+    length = record.get("episode_length")
+    len_text = "-" if length is None else f"{length:7.1f}"
+    losses = record["losses"]
+    updates = f"{record['updates']}" + (f"/{total_updates}" if total_updates else "")
+    return (f"update {updates:>9} | step {record['global_step']:>11,} | "
+            f"{record['sps']:>10,.0f} SPS | return {ret_text} | length {len_text} | "
+            f"value loss {losses['value_loss']:8.3f} | kl {losses['approx_kl']:.4f} | "
+            f"{time.strftime('%H:%M:%S')}")
