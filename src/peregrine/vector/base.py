@@ -1,0 +1,93 @@
+"""What every vector backend shares: the native batch interface over its buffers."""
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
+
+from .common import BUFFER_NAMES, Buffers, buffers_layout, check_count
+
+
+class VectorBase:
+    """Spaces, buffers and the action check of a vector env.
+
+    Subclasses call `_setup(facts, num_envs, batch_size)` then provide
+    reset/step/episode_stats/close; `send`/`recv`/`async_reset` default to
+    the synchronous loop.
+    """
+
+    def _setup(self, recipe, facts, num_envs, num_workers, batch_size):
+        self.recipe = recipe
+        self.num_envs = check_count("num_envs", num_envs)
+        self.num_workers = check_count("num_workers", num_workers)
+        envs_per_unit = facts["envs_per_unit"]
+        if self.num_envs % self.num_workers:
+            raise ValueError(f"num_envs ({self.num_envs}) must be divisible by num_workers "
+                             f"({self.num_workers}): every worker runs the same number of envs")
+        self.envs_per_worker = self.num_envs // self.num_workers
+        if self.envs_per_worker % envs_per_unit:
+            raise ValueError(f"each worker's envs ({self.envs_per_worker}) must be a multiple of "
+                             f"the {envs_per_unit} instances your callable's env holds")
+        if batch_size is None:
+            batch_size = self.num_envs
+        batch_size = check_count("batch_size", batch_size)
+        if batch_size > self.num_envs or batch_size % self.envs_per_worker:
+            raise ValueError(f"batch_size ({batch_size}) must be a multiple of the envs per "
+                             f"worker ({self.envs_per_worker} = num_envs / num_workers) and at "
+                             f"most num_envs ({self.num_envs})")
+        self.batch_size = batch_size
+        self.workers_per_batch = batch_size // self.envs_per_worker
+        self.envs_per_unit = envs_per_unit
+        self.agents_per_env = facts["agents_per_env"]
+        self.num_agents = self.num_envs * self.agents_per_env
+        self.rows_per_worker = self.envs_per_worker * self.agents_per_env
+        self.single_observation_space = facts["single_observation_space"]
+        self.single_action_space = facts["single_action_space"]
+        self.observation_space = batch_space(self.single_observation_space, self.num_agents)
+        self.action_space = batch_space(self.single_action_space, self.num_agents)
+        self.stat_names = facts["stat_names"]
+        self._action_shape = (self.num_agents, *self.single_action_space.shape)
+        self._action_dtype = np.dtype(self.single_action_space.dtype)
+        action_space = self.single_action_space
+        if isinstance(action_space, spaces.Discrete):
+            self._action_high = np.int64(action_space.n) - 1
+        elif isinstance(action_space, spaces.MultiDiscrete):
+            self._action_high = np.asarray(action_space.nvec, np.int64) - 1
+        else:
+            self._action_high = None
+        return buffers_layout(self.num_agents, self.single_observation_space,
+                              self.single_action_space)
+
+    def _bind(self, buffers: Buffers):
+        self.buffers = buffers
+        for name in BUFFER_NAMES:
+            setattr(self, name, getattr(buffers, name))
+
+    def _check_actions(self, actions, rows: int):
+        """Refuses actions that do not fit `rows` rows of the action space."""
+        shape = (rows, *self._action_shape[1:])
+        if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
+                or actions.shape != shape):
+            expected = f"a NumPy array of dtype {self._action_dtype} and shape {shape}"
+            if not isinstance(actions, np.ndarray):
+                raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
+            hint = (f"; convert with actions.astype(np.{self._action_dtype})"
+                    if actions.shape == shape else "")
+            raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
+                             f"shape {actions.shape}{hint}")
+        if self._action_high is not None and actions.size:
+            if actions.min() < 0 or np.any(actions > self._action_high):
+                bad = np.argwhere((actions < 0) | (actions > self._action_high))[0]
+                raise ValueError(f"action {actions[tuple(bad)]} in row {bad[0]} is out of range: "
+                                 f"expected 0..{self._action_high if np.ndim(self._action_high) == 0 else self._action_high.tolist()}")
+
+    # ---- lifetime ---------------------------------------------------------------
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return (f"{type(self).__name__}({self.recipe.name!r}, num_envs={self.num_envs}, "
+                f"num_workers={self.num_workers}, batch_size={self.batch_size})")

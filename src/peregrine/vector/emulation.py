@@ -1,0 +1,323 @@
+"""Any Gymnasium env or PettingZoo ParallelEnv behind the native batch contract.
+
+`emulate(env)` wraps one env object into a *unit*: the NativeEnv interface
+(seven flat row buffers, in-place `step`, same-step auto-reset with
+`final_observations`, `episode_stats`) over a single env. A Gymnasium env is
+one row; a PettingZoo env is one row per possible agent, with `masks` saying
+which rows took part in the last step. Backends run many units writing into
+slices of one set of buffers (see serial.py, processes.py).
+
+Semantics kept identical to the native envs:
+* terminals and truncations stay separate; an episode that terminates on the
+  step its time limit also fires is reported as terminal only (its
+  continuation value is zero), as the native envs do;
+* on a row that ended, `final_observations` holds the last observation of the
+  episode and `observations` already the first of the next;
+* `infos` are dropped (an empty dict, as native); episode statistics are
+  `episode_return` and `episode_length`, from `episode_stats()`.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import Env as GymnasiumEnv
+from gymnasium.vector.utils import batch_space
+
+from ..envs.native_env import Buffers, EpisodeStats, NativeEnv
+from .common import BUFFER_NAMES, buffers_layout
+from .spaces import FlatAction, FlatObservation
+
+STAT_NAMES = ("episode_return", "episode_length")
+
+
+def is_parallel_env(env) -> bool:
+    try:
+        from pettingzoo.utils.env import ParallelEnv
+        if isinstance(env, ParallelEnv):
+            return True
+    except ImportError:  # PettingZoo is optional
+        pass
+    return (hasattr(env, "possible_agents") and callable(getattr(env, "observation_space", None))
+            and hasattr(env, "step") and hasattr(env, "reset"))
+
+
+def is_native_batch(env) -> bool:
+    """Anything with the native batch interface (a NativeEnv, a Serial, ...)."""
+    if isinstance(env, NativeEnv):
+        return True
+    return all(hasattr(env, name) for name in ("observations", "num_agents", "agents_per_env",
+                                               "single_action_space", "episode_stats"))
+
+
+def emulate(env, buffers=None, seed=None):
+    """The unit for one env object (Gymnasium, PettingZoo parallel, or native batch)."""
+    if isinstance(env, GymnasiumEnv):
+        return GymnasiumEmulation(env, buffers=buffers, seed=seed)
+    if is_native_batch(env):
+        return CopiedBatch(env, buffers=buffers, seed=seed)
+    if is_parallel_env(env):
+        return PettingZooEmulation(env, buffers=buffers, seed=seed)
+    raise ValueError(f"env must create a gymnasium.Env, a PettingZoo ParallelEnv or a native "
+                     f"Peregrine env, got {type(env).__name__}")
+
+
+class _Accumulator:
+    """Sums for EpisodeStats over finished episodes, in Python."""
+
+    def __init__(self):
+        self.clear()
+
+    def clear(self):
+        self.count = 0
+        self.sums = [0.0] * len(STAT_NAMES)
+        self.squares = [0.0] * len(STAT_NAMES)
+
+    def record(self, *values):
+        self.count += 1
+        for i, value in enumerate(values):
+            self.sums[i] += value
+            self.squares[i] += value * value
+
+    def read(self, clear: bool) -> EpisodeStats:
+        stats = EpisodeStats.from_sums(STAT_NAMES, self.count, self.sums, self.squares)
+        if clear:
+            self.clear()
+        return stats
+
+
+class _Unit:
+    """Buffer plumbing shared by the emulations."""
+
+    num_envs = 1
+    stat_names = STAT_NAMES
+
+    def _init_buffers(self, observation_space, action_space, agents_per_env, buffers):
+        self.agents_per_env = agents_per_env
+        self.num_agents = self.num_envs * agents_per_env
+        self.single_observation_space = observation_space
+        self.single_action_space = action_space
+        self.observation_space = batch_space(observation_space, self.num_agents)
+        self.action_space = batch_space(action_space, self.num_agents)
+        layout = buffers_layout(self.num_agents, observation_space, action_space)
+        self.buffers = Buffers.allocate(layout) if buffers is None else Buffers.check(buffers, layout)
+        for name in BUFFER_NAMES:
+            setattr(self, name, getattr(self.buffers, name))
+        self.masks[:] = True
+        self._action_shape = (self.num_agents, *action_space.shape)
+        self._stats = _Accumulator()
+
+    def _take_actions(self, actions):
+        if actions is not self.actions:
+            if (not isinstance(actions, np.ndarray) or actions.shape != self._action_shape
+                    or actions.dtype != self.actions.dtype):
+                raise ValueError(f"actions must be a NumPy array of dtype {self.actions.dtype} "
+                                 f"and shape {self._action_shape}, got "
+                                 f"{getattr(actions, 'dtype', type(actions).__name__)} "
+                                 f"{getattr(actions, 'shape', '')}")
+            self.actions[...] = actions
+
+    def _clear_step_outputs(self):
+        self.rewards[:] = 0
+        self.terminals[:] = False
+        self.truncations[:] = False
+
+    def episode_stats(self, clear: bool = True) -> EpisodeStats:
+        return self._stats.read(clear)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class GymnasiumEmulation(_Unit):
+    """One Gymnasium env as a one-row batch."""
+
+    def __init__(self, env, buffers=None, seed=None):
+        self.env = env
+        self.flat_observation = FlatObservation(env.observation_space)
+        self.flat_action = FlatAction(env.action_space)
+        self._init_buffers(self.flat_observation.space, self.flat_action.space, 1, buffers)
+        self._write = self.flat_observation.write
+        self._to_env = self.flat_action.to_env
+        self._episode_return = 0.0
+        self._episode_length = 0
+        self.reset(seed)
+
+    def reset(self, seed=None):
+        observation, _info = self.env.reset() if seed is None else self.env.reset(seed=int(seed))
+        self._clear_step_outputs()
+        self._write(observation, self.observations[0])
+        self._episode_return, self._episode_length = 0.0, 0
+        return self.observations, {}
+
+    def step(self, actions):
+        self._take_actions(actions)
+        observation, reward, terminated, truncated, _info = self.env.step(
+            self._to_env(self.actions[0]))
+        terminated = bool(terminated)
+        truncated = bool(truncated) and not terminated
+        self.rewards[0] = reward
+        self.terminals[0] = terminated
+        self.truncations[0] = truncated
+        self._episode_return += float(reward)
+        self._episode_length += 1
+        if terminated or truncated:
+            self._write(observation, self.final_observations[0])
+            self._stats.record(self._episode_return, float(self._episode_length))
+            self._episode_return, self._episode_length = 0.0, 0
+            observation, _info = self.env.reset()
+        self._write(observation, self.observations[0])
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def close(self):
+        env, self.env = getattr(self, "env", None), None
+        if env is not None:
+            env.close()
+
+
+class PettingZooEmulation(_Unit):
+    """One PettingZoo ParallelEnv as a batch of one row per possible agent.
+
+    `masks[row]` is True when that agent acted in the last step (or is present
+    after a reset): its reward and flags are meaningful. An agent that ends
+    mid-episode reports its terminal/truncation once, with its last
+    observation in `final_observations`, then stays masked until the episode
+    restarts. When no agent is left, the episode is recorded
+    (`episode_return` = mean over agents of their summed rewards,
+    `episode_length` = env steps) and the env resets in the same step; rows
+    still live without a flag at that moment are marked truncated.
+    """
+
+    def __init__(self, env, buffers=None, seed=None):
+        self.env = env
+        self.possible_agents = list(env.possible_agents)
+        if not self.possible_agents:
+            raise ValueError("the PettingZoo env has no possible_agents")
+        first = self.possible_agents[0]
+        observation_space, action_space = env.observation_space(first), env.action_space(first)
+        for agent in self.possible_agents[1:]:
+            if env.observation_space(agent) != observation_space or \
+                    env.action_space(agent) != action_space:
+                raise ValueError(f"agent {agent!r} has different spaces than {first!r}; "
+                                 "emulation needs every agent to share one observation space "
+                                 "and one action space")
+        self.flat_observation = FlatObservation(observation_space)
+        self.flat_action = FlatAction(action_space)
+        self._init_buffers(self.flat_observation.space, self.flat_action.space,
+                           len(self.possible_agents), buffers)
+        self._row = {agent: row for row, agent in enumerate(self.possible_agents)}
+        self._returns = np.zeros(self.num_agents, np.float64)
+        self._took_part = np.zeros(self.num_agents, bool)
+        self._episode_length = 0
+        self.reset(seed)
+
+    def _start_episode(self, observations):
+        self.observations[:] = 0
+        for agent, observation in observations.items():
+            self.flat_observation.write(observation, self.observations[self._row[agent]])
+        self._live = [agent for agent in self.possible_agents if agent in observations]
+        self._returns[:] = 0.0
+        self._took_part[:] = False
+        self._episode_length = 0
+
+    def reset(self, seed=None):
+        observations, _infos = (self.env.reset() if seed is None
+                                else self.env.reset(seed=int(seed)))
+        self._clear_step_outputs()
+        self._start_episode(observations)
+        self.masks[:] = False
+        for agent in self._live:
+            self.masks[self._row[agent]] = True
+        return self.observations, {}
+
+    def step(self, actions):
+        self._take_actions(actions)
+        acting = [agent for agent in self.env.agents]
+        action_dict = {agent: self.flat_action.to_env(self.actions[self._row[agent]])
+                       for agent in acting}
+        observations, rewards, terminations, truncations, _infos = self.env.step(action_dict)
+        self._clear_step_outputs()
+        self.masks[:] = False
+        for agent in acting:
+            row = self._row[agent]
+            self.masks[row] = True
+            self._took_part[row] = True
+            reward = float(rewards.get(agent, 0.0))
+            self.rewards[row] = reward
+            self._returns[row] += reward
+            terminated = bool(terminations.get(agent, False))
+            self.terminals[row] = terminated
+            self.truncations[row] = bool(truncations.get(agent, False)) and not terminated
+        self._episode_length += 1
+        episode_over = not self.env.agents
+        if episode_over:  # rows still live without a flag were cut short
+            for agent in acting:
+                row = self._row[agent]
+                if not (self.terminals[row] or self.truncations[row]):
+                    self.truncations[row] = True
+        for agent in acting:
+            if agent not in observations:
+                continue
+            row = self._row[agent]
+            self.flat_observation.write(observations[agent], self.observations[row])
+            if self.terminals[row] or self.truncations[row]:
+                self.final_observations[row] = self.observations[row]
+        if episode_over:
+            returns = self._returns[self._took_part]
+            self._stats.record(float(returns.mean()) if returns.size else 0.0,
+                               float(self._episode_length))
+            observations, _infos = self.env.reset()
+            self._start_episode(observations)
+        else:
+            self._live = list(self.env.agents)
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def close(self):
+        env, self.env = getattr(self, "env", None), None
+        if env is not None:
+            env.close()
+
+
+class CopiedBatch(_Unit):
+    """A native batch created by a user callable: it owns its buffers, so its
+    results are copied into the unit's rows after every step (one memcpy per
+    buffer). Pass a registered env name instead of a callable to get the
+    zero-copy path."""
+
+    def __init__(self, env, buffers=None, seed=None):
+        self.env = env
+        self.num_envs = int(getattr(env, "num_envs", 1))
+        self._init_buffers(env.single_observation_space, env.single_action_space,
+                           int(env.agents_per_env), buffers)
+        if env.num_agents != self.num_agents:
+            raise ValueError(f"native env reports num_agents={env.num_agents}, expected "
+                             f"num_envs * agents_per_env = {self.num_agents}")
+        self.stat_names = tuple(getattr(env, "stat_names", STAT_NAMES))
+        self.reset(seed)
+
+    def _copy_out(self):
+        env = self.env
+        for name in ("observations", "final_observations", "rewards", "terminals",
+                     "truncations", "masks"):
+            np.copyto(getattr(self, name), getattr(env, name))
+
+    def reset(self, seed=None):
+        self.env.reset(seed=seed)
+        self._copy_out()
+        return self.observations, {}
+
+    def step(self, actions):
+        self._take_actions(actions)
+        np.copyto(self.env.actions, self.actions)
+        self.env.step(self.env.actions)
+        self._copy_out()
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def episode_stats(self, clear: bool = True) -> EpisodeStats:
+        return self.env.episode_stats(clear)
+
+    def close(self):
+        env, self.env = getattr(self, "env", None), None
+        if env is not None:
+            env.close()

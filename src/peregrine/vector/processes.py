@@ -1,0 +1,522 @@
+"""Multiprocessing: worker processes stepping blocks of envs over shared memory.
+
+Layout. ONE multiprocessing.shared_memory segment holds the seven row buffers
+of all workers (worker w owns rows [w*R, (w+1)*R)), then one 64-byte line per
+worker holding its command flag, then one line holding a shutdown word. Each
+worker builds its block of envs (see recipe.py) *inside* the worker, writing
+straight into its rows: a native batch's C loop writes into shared memory
+(zero-copy), and no env or thread pool ever crosses a fork.
+
+Protocol. The parent writes STEP (or MESSAGE, after sending the message on
+the worker's pipe) into the worker's flag; the worker busy-waits on the flag,
+does the work and writes DONE (or ERROR, after sending the traceback). Waiting
+on either side spins for a few tens of microseconds, then yields, then sleeps
+with exponential back-off up to a millisecond, so idle workers cost no CPU.
+Steps never touch the pipes. Each flag has one writer at a time (the parent
+while the worker is idle, the worker while it is busy); on x86 stores are
+seen in program order, which is all this hand-off needs.
+
+Batches. With batch_size == num_envs, `step` sends to every worker and
+returns the shared buffers themselves. With batch_size < num_envs, `send` /
+`recv` keep `num_envs - batch_size` envs stepping while the caller works:
+`recv` returns the first `batch_size / envs_per_worker` workers to finish,
+ordered by worker index; when they are a contiguous run of workers the
+returned arrays are views of the shared buffers (zero-copy), otherwise they
+are gathered into batch buffers.
+
+Failure. A worker exception reaches the parent as WorkerError carrying the
+worker's traceback (the worker keeps serving). A worker that dies (a signal,
+os._exit) is noticed within ~50 ms by polling the process sentinels while
+waiting: WorkerDiedError, and the whole vector env is closed. `close()`,
+garbage collection, interpreter exit and Ctrl-C stop every worker and unlink
+the segment; workers ignore SIGINT (the parent owns Ctrl-C) and exit on their
+own if the parent disappears.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+import traceback
+import weakref
+from multiprocessing import connection as mp_connection
+from multiprocessing import get_context, shared_memory
+
+import numpy as np
+
+from .base import VectorBase
+from .common import BUFFER_NAMES, Buffers, available_cores, merge_sums, stats_to_sums
+from .recipe import EnvRecipe
+
+DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
+_LINE = 64
+_SPIN_SECONDS = 50e-6      # busy-wait this long first
+_YIELD_SECONDS = 1e-3      # then sched_yield this long
+_MAX_SLEEP = 1e-3          # then sleep, doubling up to this
+_LIVENESS_PERIOD = 0.05    # parent: check worker processes this often while waiting
+_PARENT_CHECK_PERIOD = 0.5  # worker: check the parent this often while sleeping
+_MAX_TRACEBACK = 32_000
+
+
+class WorkerError(RuntimeError):
+    """An exception raised inside a worker; the message holds its traceback."""
+
+
+class WorkerDiedError(RuntimeError):
+    """A worker process exited unexpectedly (killed by a signal, os._exit, ...)."""
+
+
+def _layout_segment(layout, num_workers):
+    """Byte offsets of every buffer, the flags and the shutdown word."""
+    offsets, offset = {}, 0
+    for name in BUFFER_NAMES:
+        shape, dtype = layout[name]
+        offsets[name] = (offset, shape, np.dtype(dtype).str)
+        nbytes = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        offset += (nbytes + _LINE - 1) // _LINE * _LINE
+    flags_offset = offset
+    shutdown_offset = flags_offset + num_workers * _LINE
+    return offsets, flags_offset, shutdown_offset, shutdown_offset + _LINE
+
+
+def _views(buf, offsets):
+    return {name: np.frombuffer(buf, np.dtype(dtype), int(np.prod(shape)), offset).reshape(shape)
+            for name, (offset, shape, dtype) in offsets.items()}
+
+
+def _flag(buf, offset):
+    return buf[offset:offset + 4].cast("i")
+
+
+class _Backoff:
+    """Spin, then yield, then sleep with exponential back-off."""
+
+    __slots__ = ("start", "delay")
+
+    def __init__(self):
+        self.start = time.perf_counter()
+        self.delay = 1e-5
+
+    def pause(self):
+        elapsed = time.perf_counter() - self.start
+        if elapsed < _SPIN_SECONDS:
+            return
+        if elapsed < _YIELD_SECONDS:
+            os.sched_yield()
+            return
+        time.sleep(self.delay)
+        self.delay = min(self.delay * 2, _MAX_SLEEP)
+
+
+# ---- the worker --------------------------------------------------------------
+
+def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes, worker,
+                 envs_per_worker, envs_per_unit, agents_per_env, rows_per_worker, seed,
+                 conn, parent_pid):
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    shm = shared_memory.SharedMemory(name=shm_name)
+    flag = _flag(shm.buf, flags_offset + worker * _LINE)
+    shutdown = _flag(shm.buf, shutdown_offset)
+    block = None
+    try:
+        views = _views(shm.buf, offsets)
+        rows = {name: array[worker * rows_per_worker:(worker + 1) * rows_per_worker]
+                for name, array in views.items()}
+        try:
+            import cloudpickle
+            recipe = cloudpickle.loads(recipe_bytes)
+            block = recipe.build_block(worker, envs_per_worker, envs_per_unit, agents_per_env,
+                                       rows, seed)
+        except BaseException:
+            _report(conn, flag)
+            return
+        flag[0] = DONE
+        while True:
+            command = _wait_for_command(flag, shutdown, parent_pid)
+            if command is None:
+                return
+            try:
+                if command == STEP:
+                    block.step()
+                else:
+                    conn.send(("ok", _handle(block, conn.recv())))
+                flag[0] = DONE
+            except Exception:
+                _report(conn, flag)
+    finally:
+        if block is not None:
+            block.close()
+        views = rows = None
+        flag.release()
+        shutdown.release()
+        try:
+            shm.close()
+        except BufferError:
+            pass
+
+
+def _report(conn, flag):
+    text = traceback.format_exc()
+    if len(text) > _MAX_TRACEBACK:
+        text = text[:2000] + "\n...\n" + text[-(_MAX_TRACEBACK - 2000):]
+    try:
+        conn.send(("error", text))
+    finally:
+        flag[0] = ERROR
+
+
+def _handle(block, message):
+    kind = message[0]
+    if kind == "reset":
+        block.reset(message[1])
+        return None
+    if kind == "stats":
+        return stats_to_sums(block.episode_stats(message[1]))
+    if kind == "raise":  # for tests: an exception inside the worker
+        raise RuntimeError(message[1])
+    raise ValueError(f"unknown message {kind!r}")
+
+
+def _wait_for_command(flag, shutdown, parent_pid):
+    backoff = _Backoff()
+    next_parent_check = 0.0
+    while True:
+        if shutdown[0]:
+            return None
+        command = flag[0]
+        if command == STEP or command == MESSAGE:
+            return command
+        backoff.pause()
+        if backoff.delay >= _MAX_SLEEP:
+            now = time.perf_counter()
+            if now >= next_parent_check:
+                if os.getppid() != parent_pid:
+                    return None  # the parent is gone: nobody will ever send work
+                next_parent_check = now + _PARENT_CHECK_PERIOD
+
+
+# ---- the parent ----------------------------------------------------------------
+
+class _Resources:
+    """Everything that must be freed, reachable without the vector env (for GC)."""
+
+    def __init__(self):
+        self.processes, self.connections = [], []
+        self.shm = None
+        self.flags, self.shutdown = [], None
+
+    def close(self):
+        if self.shutdown is not None:
+            try:
+                self.shutdown[0] = 1
+            except ValueError:
+                pass
+        deadline = time.monotonic() + 2.0
+        for process in self.processes:
+            process.join(max(0.0, deadline - time.monotonic()))
+        for process in self.processes:
+            if process.is_alive():
+                process.terminate()
+                process.join(1.0)
+            if process.is_alive():
+                process.kill()
+                process.join(1.0)
+            try:
+                process.close()
+            except ValueError:
+                pass
+        self.processes = []
+        for conn in self.connections:
+            conn.close()
+        self.connections = []
+        for view in self.flags + ([self.shutdown] if self.shutdown is not None else []):
+            view.release()
+        self.flags, self.shutdown = [], None
+        shm, self.shm = self.shm, None
+        if shm is not None:
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+            try:
+                shm.close()
+            except BufferError:
+                # Arrays the caller still holds map the segment: it is already
+                # unlinked, and the mapping goes away with the last of them.
+                shm._buf = None
+                shm._mmap = None
+                shm.close()
+
+
+class Multiprocessing(VectorBase):
+    def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
+                 batch_size=None, seed=None, overwork: bool = False,
+                 start_method: str = "spawn"):
+        if start_method not in ("spawn", "forkserver", "fork"):
+            raise ValueError(f"start_method must be 'spawn', 'forkserver' or 'fork', "
+                             f"got {start_method!r}")
+        cores = available_cores()
+        if isinstance(num_workers, int) and num_workers > cores and not overwork:
+            raise ValueError(f"num_workers ({num_workers}) is more than the {cores} available "
+                             "cores; workers would fight for CPU. Pass overwork=True to "
+                             "allow it anyway")
+        self._resources = _Resources()
+        self._finalizer = weakref.finalize(self, self._resources.close)
+        facts = recipe.probe()
+        layout = self._setup(recipe, facts, num_envs, num_workers, batch_size)
+        offsets, flags_offset, shutdown_offset, size = _layout_segment(layout, self.num_workers)
+        resources = self._resources
+        resources.shm = shared_memory.SharedMemory(create=True, size=size)
+        buf = resources.shm.buf
+        self._bind(Buffers(**_views(buf, offsets)))
+        resources.flags = [_flag(buf, flags_offset + w * _LINE) for w in range(self.num_workers)]
+        resources.shutdown = _flag(buf, shutdown_offset)
+        self._flags = resources.flags
+        for flag in self._flags:
+            flag[0] = STARTING
+        self._connections = []
+        self._processes = []
+        self._pending_reply = [False] * self.num_workers
+        self._inflight = []      # workers sent work whose result was not yet seen
+        self._ready = []         # finished workers not yet returned by recv, in finish order
+        self._batch = None       # workers returned by the last recv
+        self._env_ids_all = np.arange(self.num_envs)
+        self._gather = None
+        self._replies = {}
+        import cloudpickle
+        recipe_bytes = cloudpickle.dumps(recipe)
+        context = get_context(start_method)
+        try:
+            self._start_workers(context, offsets, flags_offset, shutdown_offset, recipe_bytes,
+                                seed)
+            self._wait(list(range(self.num_workers)))
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_workers(self, context, offsets, flags_offset, shutdown_offset, recipe_bytes,
+                       seed):
+        # Children inherit an ignored SIGINT, so Ctrl-C during their start-up
+        # cannot kill them half-way; the parent alone handles Ctrl-C.
+        main_thread = threading.current_thread() is threading.main_thread()
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
+        try:
+            for worker in range(self.num_workers):
+                parent_conn, child_conn = context.Pipe()
+                process = context.Process(
+                    target=_worker_main, daemon=True, name=f"peregrine-worker-{worker}",
+                    args=(self._resources.shm.name, offsets, flags_offset, shutdown_offset,
+                          recipe_bytes, worker, self.envs_per_worker, self.envs_per_unit,
+                          self.agents_per_env, self.rows_per_worker, seed, child_conn,
+                          os.getpid()))
+                process.start()
+                child_conn.close()
+                self._connections.append(parent_conn)
+                self._processes.append(process)
+                self._resources.connections.append(parent_conn)
+                self._resources.processes.append(process)
+        finally:
+            if main_thread:
+                signal.signal(signal.SIGINT, previous)
+
+    # ---- waiting -------------------------------------------------------------------
+    def _check_alive(self):
+        sentinels = [p.sentinel for p in self._processes]
+        dead = mp_connection.wait(sentinels, timeout=0)
+        if not dead:
+            return
+        worker = sentinels.index(dead[0])
+        if self._flags[worker][0] == ERROR:
+            return  # it reported an error before exiting: let the caller read it
+        process = self._processes[worker]
+        process.join(0.1)
+        code, pid = process.exitcode, process.pid
+        how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None
+               and code < 0 else f"exited with code {code}")
+        self.close()
+        raise WorkerDiedError(f"worker {worker} (pid {pid}) {how}; the vector env "
+                              "is closed")
+
+    def _wait(self, workers, count=None):
+        """Waits until `count` (default all) of `workers` are DONE; returns them
+        in finishing order. Raises WorkerError (after the others finish) or
+        WorkerDiedError."""
+        if self._finalizer is None or not self._finalizer.alive:
+            raise RuntimeError("the vector env is closed")
+        count = len(workers) if count is None else count
+        pending = list(workers)
+        finished, errors = [], []
+        flags = self._flags
+        backoff = _Backoff()
+        next_check = time.perf_counter() + _LIVENESS_PERIOD
+        while len(finished) < count or (errors and pending):
+            progressed = False
+            for worker in pending:
+                state = flags[worker][0]
+                if state == DONE:
+                    finished.append(worker)
+                    progressed = True
+                elif state == ERROR:
+                    errors.append(worker)
+                    progressed = True
+            if progressed:
+                pending = [w for w in pending if w not in finished and w not in errors]
+                if errors and len(finished) + len(errors) >= len(workers):
+                    break
+                continue
+            backoff.pause()
+            now = time.perf_counter()
+            if now > next_check:
+                self._check_alive()
+                next_check = now + _LIVENESS_PERIOD
+        for worker in finished:
+            if self._pending_reply[worker]:
+                self._pending_reply[worker] = False
+                status, payload = self._connections[worker].recv()
+                self._replies[worker] = payload
+        if errors:
+            messages = []
+            for worker in errors:
+                self._pending_reply[worker] = False
+                _status, text = self._connections[worker].recv()
+                flags[worker][0] = DONE
+                messages.append(f"--- worker {worker} ---\n{text}")
+            self._inflight = [w for w in self._inflight if w not in errors]
+            raise WorkerError("exception in a vector env worker:\n" + "\n".join(messages))
+        return finished
+
+    def _message_all(self, message):
+        """Sends `message` to every worker (after in-flight work ends); returns replies."""
+        self._settle()
+        self._replies = {}
+        for worker in range(self.num_workers):
+            self._connections[worker].send(message)
+            self._pending_reply[worker] = True
+            self._flags[worker][0] = MESSAGE
+        self._wait(list(range(self.num_workers)))
+        return [self._replies[w] for w in range(self.num_workers)]
+
+    def _settle(self):
+        """Waits for in-flight workers; their results stay queued for recv."""
+        if self._inflight:
+            finished = self._wait(self._inflight)
+            self._ready.extend(finished)
+            self._inflight = []
+
+    # ---- the synchronous interface ---------------------------------------------------
+    def reset(self, seed=None):
+        self._message_all(("reset", seed))
+        self._inflight, self._ready, self._batch = [], [], None
+        return self.observations, {}
+
+    def step(self, actions):
+        if self.batch_size != self.num_envs:
+            raise ValueError(f"step() steps every env; with batch_size ({self.batch_size}) < "
+                             f"num_envs ({self.num_envs}) use send() and recv()")
+        if actions is not self.actions:
+            self._check_actions(actions, self.num_agents)
+            self.actions[...] = actions
+        flags = self._flags
+        for flag in flags:
+            flag[0] = STEP
+        self._wait(range(self.num_workers))
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    # ---- the asynchronous interface ------------------------------------------------------
+    def async_reset(self, seed=None):
+        """Resets every env; the following recv() returns the first batch."""
+        self.reset(seed)
+        self._ready = list(range(self.num_workers))
+
+    def send(self, actions):
+        """Steps the envs returned by the last recv() with `actions` (their rows)."""
+        if self._batch is None:
+            raise RuntimeError("send() must follow recv() (call async_reset() then recv() first)")
+        batch, self._batch = self._batch, None
+        rows = len(batch) * self.rows_per_worker
+        if self._contiguous(batch):
+            start = batch[0] * self.rows_per_worker
+            target = self.actions[start:start + rows]
+            if actions is not target:
+                self._check_actions(actions, rows)
+                target[...] = actions
+        else:
+            self._check_actions(actions, rows)
+            self.actions[self._rows(batch)] = actions
+        for worker in batch:
+            self._flags[worker][0] = STEP
+        self._inflight.extend(batch)
+
+    def recv(self):
+        """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
+        the next batch_size envs to finish; env_ids are env indices (rows are
+        env_id * agents_per_env + agent)."""
+        if self._batch is not None:
+            raise RuntimeError("recv() was called twice without send() in between")
+        need = self.workers_per_batch - len(self._ready)
+        if need > 0:
+            if need > len(self._inflight):
+                raise RuntimeError("recv() has nothing to wait for: call async_reset() first")
+            finished = self._wait(self._inflight, need)
+            self._inflight = [w for w in self._inflight if w not in finished]
+            self._ready.extend(finished)
+        batch = sorted(self._ready[:self.workers_per_batch])
+        self._ready = self._ready[self.workers_per_batch:]
+        self._batch = batch
+        if self._contiguous(batch):
+            start = batch[0] * self.rows_per_worker
+            stop = start + len(batch) * self.rows_per_worker
+            env_start = batch[0] * self.envs_per_worker
+            env_ids = self._env_ids_all[env_start:env_start + len(batch) * self.envs_per_worker]
+            return (self.observations[start:stop], self.rewards[start:stop],
+                    self.terminals[start:stop], self.truncations[start:stop], {}, env_ids,
+                    self.masks[start:stop])
+        rows = self._rows(batch)
+        gather = self._gather_buffers()
+        for name in ("observations", "rewards", "terminals", "truncations", "masks"):
+            np.take(getattr(self, name), rows, axis=0, out=gather[name])
+        env_ids = np.concatenate([self._env_ids_all[w * self.envs_per_worker:
+                                                    (w + 1) * self.envs_per_worker]
+                                  for w in batch])
+        return (gather["observations"], gather["rewards"], gather["terminals"],
+                gather["truncations"], {}, env_ids, gather["masks"])
+
+    def _contiguous(self, batch):
+        return batch[-1] - batch[0] == len(batch) - 1
+
+    def _rows(self, batch):
+        r = self.rows_per_worker
+        return np.concatenate([np.arange(w * r, (w + 1) * r) for w in batch])
+
+    def _gather_buffers(self):
+        if self._gather is None:
+            rows = self.workers_per_batch * self.rows_per_worker
+            self._gather = {name: np.empty((rows, *getattr(self, name).shape[1:]),
+                                           getattr(self, name).dtype)
+                            for name in ("observations", "rewards", "terminals", "truncations",
+                                         "masks")}
+        return self._gather
+
+    # ---- statistics and lifetime ---------------------------------------------------------
+    def episode_stats(self, clear: bool = True):
+        return merge_sums(self._message_all(("stats", bool(clear))))
+
+    def _raise_in_worker(self, worker: int, text: str = "test exception"):
+        """Makes `worker` raise inside its loop (for tests of error propagation)."""
+        self._settle()
+        self._connections[worker].send(("raise", text))
+        self._pending_reply[worker] = True
+        self._replies = {}
+        self._flags[worker][0] = MESSAGE
+        self._wait([worker])
+
+    @property
+    def worker_pids(self):
+        return [p.pid for p in self._processes]
+
+    def close(self):
+        """Stops every worker and frees the shared memory; idempotent."""
+        finalizer = getattr(self, "_finalizer", None)
+        if finalizer is not None:
+            finalizer()

@@ -1,0 +1,68 @@
+"""Serial: every block of envs stepped in turn in this process.
+
+The reference backend: no processes, no shared memory, easiest to debug.
+Rows are split into `num_workers` blocks exactly as Multiprocessing splits
+them, so for the same seed and actions the two produce identical buffers.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .base import VectorBase
+from .common import Buffers, merge_stats, slice_buffers
+from .recipe import EnvRecipe
+
+
+class Serial(VectorBase):
+    def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
+                 batch_size=None, seed=None):
+        facts = recipe.probe()
+        layout = self._setup(recipe, facts, num_envs, num_workers, batch_size)
+        if self.batch_size != self.num_envs:
+            raise ValueError("Serial steps every env at once: batch_size must equal num_envs "
+                             "(use backend='multiprocessing' for asynchronous batches)")
+        self._bind(Buffers.allocate(layout))
+        self.blocks = []
+        try:
+            for worker in range(self.num_workers):
+                rows = slice_buffers(self.buffers, worker * self.rows_per_worker,
+                                     (worker + 1) * self.rows_per_worker)
+                self.blocks.append(recipe.build_block(
+                    worker, self.envs_per_worker, self.envs_per_unit, self.agents_per_env,
+                    rows, seed))
+        except BaseException:
+            self.close()
+            raise
+        self._env_ids = np.arange(self.num_envs)
+
+    def reset(self, seed=None):
+        for block in self.blocks:
+            block.reset(seed)
+        return self.observations, {}
+
+    def step(self, actions):
+        if actions is not self.actions:
+            self._check_actions(actions, self.num_agents)
+            self.actions[...] = actions
+        for block in self.blocks:
+            block.step()
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    # the asynchronous API, degenerate: every batch is the whole set of envs
+    def async_reset(self, seed=None):
+        self.reset(seed)
+
+    def send(self, actions):
+        self.step(actions)
+
+    def recv(self):
+        return (self.observations, self.rewards, self.terminals, self.truncations, {},
+                self._env_ids, self.masks)
+
+    def episode_stats(self, clear: bool = True):
+        return merge_stats(block.episode_stats(clear) for block in self.blocks)
+
+    def close(self):
+        blocks, self.blocks = getattr(self, "blocks", []), []
+        for block in blocks:
+            block.close()

@@ -1,0 +1,184 @@
+"""Flattening Gymnasium spaces into the flat-row contract, and back.
+
+Observations of any nesting of Box, Discrete, MultiDiscrete, MultiBinary,
+Dict and Tuple become one vector per agent: each leaf's values, raveled, in
+the space's own order (Dict in its key order). Discrete values are stored as
+their integer value, not one-hot, so `unflatten` can return the original
+structure exactly; a policy that wants one-hot encodes it itself. The vector
+is float32 unless the whole space is one uint8 Box (kept uint8: images).
+float32 holds integers exactly up to 2**24, far above any Discrete size.
+
+Actions become one of the three native action kinds: Discrete -> Discrete
+int32, MultiDiscrete/MultiBinary/nested discrete -> MultiDiscrete int32,
+Box/nested Box -> Box float32 with the original bounds. A nesting that mixes
+discrete and continuous leaves is refused.
+"""
+from __future__ import annotations
+
+import numpy as np
+from gymnasium import spaces
+
+_LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+
+
+def leaves(space, path=()):
+    """(path, leaf space) for every leaf, in flattening order."""
+    if isinstance(space, spaces.Dict):
+        for key, sub in space.spaces.items():
+            yield from leaves(sub, path + (key,))
+    elif isinstance(space, spaces.Tuple):
+        for index, sub in enumerate(space.spaces):
+            yield from leaves(sub, path + (index,))
+    elif isinstance(space, _LEAVES):
+        yield path, space
+    else:
+        raise ValueError(f"cannot flatten space {space!r}: supported are Box, Discrete, "
+                         "MultiDiscrete, MultiBinary and Dict/Tuple nestings of them")
+
+
+def _leaf_bounds(leaf):
+    """(shape, low, high) of one leaf, bounds raveled as float64."""
+    if isinstance(leaf, spaces.Box):
+        return leaf.shape, leaf.low.ravel().astype(np.float64), leaf.high.ravel().astype(np.float64)
+    if isinstance(leaf, spaces.Discrete):
+        return (), np.array([leaf.start], np.float64), np.array([leaf.start + leaf.n - 1], np.float64)
+    if isinstance(leaf, spaces.MultiDiscrete):
+        start = np.broadcast_to(leaf.start, leaf.nvec.shape).ravel().astype(np.float64)
+        return leaf.shape, start, start + leaf.nvec.ravel() - 1
+    size = int(np.prod(leaf.shape))
+    return leaf.shape, np.zeros(size), np.ones(size)
+
+
+def _get(value, path):
+    for key in path:
+        value = value[key]
+    return value
+
+
+class FlatObservation:
+    """Writes observations of `space` into flat rows; `space` is the flat Box."""
+
+    def __init__(self, space):
+        self.source_space = space
+        self.fields = []  # (path, offset, size)
+        lows, highs, offset = [], [], 0
+        all_leaves = list(leaves(space))
+        for path, leaf in all_leaves:
+            shape, low, high = _leaf_bounds(leaf)
+            size = int(np.prod(shape))
+            self.fields.append((path, offset, size))
+            lows.append(low)
+            highs.append(high)
+            offset += size
+        self.size = offset
+        single_uint8 = (len(all_leaves) == 1 and isinstance(all_leaves[0][1], spaces.Box)
+                        and all_leaves[0][1].dtype == np.uint8)
+        dtype = np.uint8 if single_uint8 else np.float32
+        low, high = np.concatenate(lows), np.concatenate(highs)
+        if dtype == np.float32:
+            big = np.finfo(np.float32).max
+            low, high = np.clip(low, -big, big), np.clip(high, -big, big)
+        self.space = spaces.Box(low.astype(dtype), high.astype(dtype), (offset,), dtype)
+        self._simple = len(self.fields) == 1 and self.fields[0][0] == ()
+
+    def write(self, value, row: np.ndarray) -> None:
+        """Writes one observation into the 1-D row (casts; no allocation for Box leaves)."""
+        if self._simple:
+            row[:] = np.ravel(value)
+            return
+        for path, offset, size in self.fields:
+            row[offset:offset + size] = np.ravel(_get(value, path))
+
+
+def unflatten(flat, space, cast: bool = False):
+    """The structured value(s) of `space` from flat rows `flat` (..., size).
+
+    Works on NumPy arrays and torch tensors (slices and reshapes only, so no
+    copy); leaf shapes are restored with the leading batch dimensions kept.
+    With cast=True (NumPy only) each leaf is converted to its space's dtype.
+    """
+    batch = tuple(flat.shape[:-1])
+
+    def build(sub, offset):
+        if isinstance(sub, spaces.Dict):
+            out = {}
+            for key, child in sub.spaces.items():
+                out[key], offset = build(child, offset)
+            return out, offset
+        if isinstance(sub, spaces.Tuple):
+            items = []
+            for child in sub.spaces:
+                item, offset = build(child, offset)
+                items.append(item)
+            return tuple(items), offset
+        shape, _, _ = _leaf_bounds(sub)
+        size = int(np.prod(shape))
+        value = flat[..., offset:offset + size].reshape(*batch, *shape)
+        if cast and isinstance(value, np.ndarray):
+            value = value.astype(sub.dtype)
+        return value, offset + size
+
+    list(leaves(space))  # refuses unsupported spaces with a clear message
+    return build(space, 0)[0]
+
+
+class FlatAction:
+    """Maps rows of the flat action space back to actions of `space`."""
+
+    def __init__(self, space):
+        self.source_space = space
+        all_leaves = list(leaves(space))
+        continuous = [isinstance(leaf, spaces.Box) for _, leaf in all_leaves]
+        if any(continuous) and not all(continuous):
+            raise ValueError(f"action space {space!r} mixes discrete and continuous leaves; "
+                             "Peregrine's flat actions are all int32 or all float32")
+        self.continuous = all(continuous)
+        self._leaves = all_leaves
+        self._simple = len(all_leaves) == 1 and all_leaves[0][0] == ()
+        if self.continuous:
+            _, lows, highs = zip(*(_leaf_bounds(leaf) for _, leaf in all_leaves))
+            low, high = np.concatenate(lows), np.concatenate(highs)
+            self.space = spaces.Box(low.astype(np.float32), high.astype(np.float32),
+                                    (low.size,), np.float32)
+        elif self._simple and isinstance(space, spaces.Discrete):
+            self.space = spaces.Discrete(int(space.n), dtype=np.int32)
+        else:
+            nvec = [np.asarray(leaf.nvec).ravel() if isinstance(leaf, spaces.MultiDiscrete)
+                    else np.array([leaf.n]) if isinstance(leaf, spaces.Discrete)
+                    else np.full(int(np.prod(leaf.shape)), 2) for _, leaf in all_leaves]
+            self.space = spaces.MultiDiscrete(np.concatenate(nvec).astype(np.int64),
+                                              dtype=np.int32)
+        self._starts = [_leaf_bounds(leaf)[1] for _, leaf in all_leaves]
+
+    def _leaf_value(self, leaf, start, values):
+        if isinstance(leaf, spaces.Box):
+            # NaN/inf treated as 0, as in the native envs
+            values = np.nan_to_num(values, nan=0.0, posinf=0.0, neginf=0.0)
+            return values.reshape(leaf.shape).astype(leaf.dtype)
+        if isinstance(leaf, spaces.Discrete):
+            return int(values[0]) + int(leaf.start)
+        if isinstance(leaf, spaces.MultiDiscrete):
+            return (values + start.astype(np.int64)).reshape(leaf.shape).astype(leaf.dtype)
+        return values.reshape(leaf.shape).astype(leaf.dtype)
+
+    def to_env(self, row):
+        """The env action for one flat action row (a scalar for Discrete)."""
+        if self._simple and isinstance(self.source_space, spaces.Discrete):
+            return int(row) + int(self.source_space.start)
+        row = np.atleast_1d(row)
+        if self._simple:
+            return self._leaf_value(self.source_space, self._starts[0], row)
+        values, offset = {}, 0
+        for (path, leaf), start in zip(self._leaves, self._starts):
+            size = int(start.size)
+            values[path] = self._leaf_value(leaf, start, row[offset:offset + size])
+            offset += size
+        return _rebuild(self.source_space, values, ())
+
+
+def _rebuild(space, values, path):
+    if isinstance(space, spaces.Dict):
+        return {key: _rebuild(sub, values, path + (key,)) for key, sub in space.spaces.items()}
+    if isinstance(space, spaces.Tuple):
+        return tuple(_rebuild(sub, values, path + (i,)) for i, sub in enumerate(space.spaces))
+    return values[path]
