@@ -307,9 +307,9 @@ class MetricsReader:
     missing, truncated, corrupt or was written by something else.
     """
 
-    def __init__(self, run_dir_or_file, retries: int = 10000):
+    def __init__(self, run_dir_or_file, timeout: float = 2.0):
         self.path = metrics_path(run_dir_or_file)
-        self.retries = retries
+        self.timeout = timeout
         try:
             handle = open(self.path, "rb")
         except FileNotFoundError:
@@ -317,7 +317,8 @@ class MetricsReader:
         except OSError as error:
             raise MetricsFileError(f"cannot open {self.path}: {error.strerror}") from None
         with handle:
-            size = os.fstat(handle.fileno()).st_size
+            status = os.fstat(handle.fileno())
+            size, self.inode = status.st_size, status.st_ino
             if size < _NAMES_OFFSET:
                 raise MetricsFileError(f"{self.path} is truncated ({size} bytes) or not a Peregrine metrics file")
             self._map = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ)
@@ -377,18 +378,29 @@ class MetricsReader:
     def _read_record(self, number: int):
         """The values of record `number`, or None if its slot was overwritten."""
         slot = number % self.header.ring_capacity
-        for _ in range(self.retries):
+        deadline = None
+        tries = 0
+        stuck_at = -1
+        while True:
             before = int(self._sequences[slot])
-            if before & 1:
-                continue                       # the writer is in the middle of it
-            values = self._slot_values[slot].copy()
-            if int(self._sequences[slot]) != before:
-                continue                       # changed under us: torn, read again
-            if values[0] != number:
-                return None                    # lapped: the slot holds another record
-            return values
-        raise MetricsFileError(f"{self.path}: could not read a consistent record in "
-                               f"{self.retries} tries (is the slot stuck mid-write?)")
+            if not before & 1:                 # odd: the writer is in the middle of it
+                values = self._slot_values[slot].copy()
+                if int(self._sequences[slot]) == before:
+                    # consistent; but is it still the record we were asked for?
+                    return values if values[0] == number else None
+            tries += 1
+            if before != stuck_at:             # the writer moved on: it is alive, keep trying
+                stuck_at, deadline = before, None
+            if tries % 64 == 0:
+                # The writer may have been descheduled mid-record: back off
+                # rather than spin; give up only after `timeout` seconds
+                # without any progress.
+                now = time.monotonic()
+                deadline = deadline or now + self.timeout
+                if now > deadline:
+                    raise MetricsFileError(f"{self.path}: no consistent record in {self.timeout:g} s "
+                                           "(the writer is stuck mid-record)")
+                time.sleep(0.0002)
 
     def _to_record(self, values) -> Record:
         fixed = self._num_fixed
@@ -397,14 +409,23 @@ class MetricsReader:
 
     def read(self) -> Record | None:
         """The latest record (None before the first one)."""
-        for _ in range(self.retries):
+        deadline = time.monotonic() + self.timeout
+        last_count = self.count
+        while True:
             count = self.count
             if count == 0:
                 return None
             values = self._read_record(count - 1)
             if values is not None:
                 return self._to_record(values)
-        raise MetricsFileError(f"{self.path}: the writer kept overtaking the reader")
+            # The slot holds another record: the writer published again
+            # meanwhile (read the newer one), or the file is damaged (the
+            # count stays put and the slot never matches).
+            if count != last_count:
+                last_count, deadline = count, time.monotonic() + self.timeout
+            elif time.monotonic() > deadline:
+                raise MetricsFileError(f"{self.path} is corrupt: record {count - 1} is not in its slot")
+            time.sleep(0.0001)
 
     def history(self, limit: int | None = None) -> list[Record]:
         """Up to `limit` most recent records, oldest first (the ring's contents)."""
