@@ -9,6 +9,7 @@ ENVS = {
     "pendulum": "peregrine.envs.pendulum:Pendulum",
     "mountain_car": "peregrine.envs.mountain_car:MountainCar",
     "mountain_car_continuous": "peregrine.envs.mountain_car_continuous:MountainCarContinuous",
+    "prospector": "peregrine.envs.prospector:Prospector",
 }
 
 
