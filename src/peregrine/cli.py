@@ -14,7 +14,7 @@ import sys
 # name -> (module, one-line help)
 COMMANDS = {
     "train": ("peregrine.train.cli", "train an agent with PPO (live dashboard)"),
-    "eval": ("peregrine.train.eval_cli", "evaluate a policy or checkpoint: episode statistics"),
+    "eval": ("peregrine.eval_cli", "evaluate a policy or checkpoint: episode statistics"),
     "bench": ("peregrine.envs.bench", "measure env steps/s of a native env"),
     "profile": ("peregrine.profile.cli", "throughput profiler with JSON artifacts and targets"),
     "monitor": ("peregrine.monitor.cli", "attach a dashboard to a run"),
