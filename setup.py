@@ -17,6 +17,7 @@ from setuptools import Extension, setup
 NATIVE_ENVS = ["cartpole"]
 NATIVE_ENVS += ["pendulum", "mountain_car", "mountain_car_continuous"]  # classic control
 NATIVE_ENVS += ["prospector"]
+NATIVE_ENVS += ["drone_swarm"]
 
 NATIVE_DIR = "src/peregrine/envs/native"
 

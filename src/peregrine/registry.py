@@ -10,6 +10,7 @@ ENVS = {
     "mountain_car": "peregrine.envs.mountain_car:MountainCar",
     "mountain_car_continuous": "peregrine.envs.mountain_car_continuous:MountainCarContinuous",
     "prospector": "peregrine.envs.prospector:Prospector",
+    "drone_swarm": "peregrine.envs.drone_swarm:DroneSwarm",
 }
 
 

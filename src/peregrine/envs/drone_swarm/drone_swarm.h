@@ -1,0 +1,979 @@
+/*
+ * drone_swarm.h -- DroneSwarm, search and rescue under a communication
+ * constraint, as a batch of N instances with one agent row per drone.
+ *
+ * Rules: ../shared/specs/drone_swarm.md. Every choice the spec leaves open
+ * (who is "live", draw order, delivery window, tie breaks, reward order, the
+ * flat state layout) is written down in the package docstring
+ * (peregrine/envs/drone_swarm/__init__.py); reference.py is the NumPy twin
+ * and reproduces this file bit for bit: float32 throughout, the same
+ * operation order, squared distances for range tests, sqrtf only where a
+ * distance value is needed, no trig (spawning is rejection sampling), and
+ * the same splitmix64 draws in the same order:
+ *   reset: [randomisation: r_comm, p_comm_drop, t_confirm pick, m_deliver
+ *          pick] then per drone (x, y) pairs until accepted, then per victim;
+ *   step:  link drops (only when p_comm_drop > 0): base links of drones
+ *          0..n-1, then pairs (i < j) lexicographic, each in-range live link;
+ *          detections: (scanning drone, undelivered victim within r_sense)
+ *          in (drone, victim) order.
+ *
+ * Layout: per-instance arrays are flat across instances (drone fields
+ * [num_envs * n], victim fields [num_envs * m], visited-cell bitsets of
+ * 64-bit words), allocated once in env_init. A step walks the instances one
+ * by one; inside an instance the phases run in spec order with small stack
+ * scratch (drone bitmasks fit a uint64 since n_drones <= 64), so nothing is
+ * allocated per step. Connectivity is a BFS over adjacency bitmasks.
+ *
+ * Compile with -DDS_PROFILE to count cycles per phase (rdtsc, single-thread
+ * benchmarks only); the totals are appended to the file named by the
+ * environment variable PEREGRINE_DS_PROFILE when the batch is freed.
+ */
+#ifndef PEREGRINE_DRONE_SWARM_H
+#define PEREGRINE_DRONE_SWARM_H
+
+#include <stdlib.h>
+
+#include "pg_env.h"
+
+#define DS_MAX_DRONES 64
+#define DS_MAX_VICTIMS 128
+#define DS_MAX_NEAREST 16
+#define DS_MAX_CELLS_PER_SIDE 128
+#define DS_DRONE_SPAWN_TRIES 64
+#define DS_VICTIM_SPAWN_TRIES 256
+#define DS_HEADER 7
+#define DS_DRONE_FIELDS 7
+#define DS_VICTIM_FIELDS 8
+
+/* X(name, default, min, max, is_integer); mirrored by CONFIG_FIELDS in
+ * __init__.py (a test checks they agree). -1 in base_x/base_y means the
+ * centre, in spawn_radius the episode's r_comm, in a *_choice_k slot "unused". */
+#define ENV_CONFIG(X)                          \
+    X(world_size, 100.0, 1.0, 1000.0, 0)       \
+    X(n_drones, 8, 1, 64, 1)                   \
+    X(n_victims, 10, 1, 128, 1)                \
+    X(base_x, -1.0, -1.0, 1000.0, 0)           \
+    X(base_y, -1.0, -1.0, 1000.0, 0)           \
+    X(r_comm, 15.0, 0.001, 1e4, 0)             \
+    X(r_sense, 15.0, 0.001, 1e4, 0)            \
+    X(r_confirm_radius, 3.0, 0.0, 1e4, 0)      \
+    X(t_confirm, 4, 1, 1e6, 1)                 \
+    X(m_deliver, 15, 0, 1e6, 1)                \
+    X(v_max, 2.5, 0.0, 1e3, 0)                 \
+    X(dt, 1.0, 0.0, 100.0, 0)                  \
+    X(c_idle, 0.0003, 0.0, 1.0, 0)             \
+    X(c_move, 0.0006, 0.0, 1.0, 0)             \
+    X(c_scan, 0.0002, 0.0, 1.0, 0)             \
+    X(max_steps, 800, 1, 1e7, 1)               \
+    X(spawn_radius, -1.0, -1.0, 1e4, 0)        \
+    X(victim_min_dist, 25.0, 0.0, 1e4, 0)      \
+    X(victim_max_dist, 90.0, 0.0, 1e4, 0)      \
+    X(obs_n_nearest, 3, 0, 16, 1)              \
+    X(detect_prob_scale, 1.0, 0.0, 1e6, 0)     \
+    X(cell_size, 10.0, 0.01, 1000.0, 0)        \
+    X(r_time, -0.005, -1e3, 1e3, 0)            \
+    X(c_energy, 0.0, -1e3, 1e3, 0)             \
+    X(r_found, 30.0, -1e3, 1e3, 0)             \
+    X(r_found_divide_by_n, 1, 0, 1, 1)         \
+    X(r_confirm, 10.0, -1e3, 1e3, 0)           \
+    X(r_explore, 0.1, -1e3, 1e3, 0)            \
+    X(r_scan_near, 0.3, -1e3, 1e3, 0)          \
+    X(r_dispersion, 0.05, -1e3, 1e3, 0)        \
+    X(min_drone_separation, 8.0, 0.0, 1e4, 0)  \
+    X(r_connect, 0.01, -1e3, 1e3, 0)           \
+    X(p_comm_drop, 0.0, 0.0, 1.0, 0)           \
+    X(randomise, 0, 0, 1, 1)                   \
+    X(r_comm_min, 10.0, 0.001, 1e4, 0)         \
+    X(r_comm_max, 20.0, 0.001, 1e4, 0)         \
+    X(p_comm_drop_min, 0.0, 0.0, 1.0, 0)       \
+    X(p_comm_drop_max, 0.1, 0.0, 1.0, 0)       \
+    X(t_confirm_choice_0, 3, -1, 1e6, 1)       \
+    X(t_confirm_choice_1, 4, -1, 1e6, 1)       \
+    X(t_confirm_choice_2, 6, -1, 1e6, 1)       \
+    X(t_confirm_choice_3, -1, -1, 1e6, 1)      \
+    X(m_deliver_choice_0, 10, -1, 1e6, 1)      \
+    X(m_deliver_choice_1, 15, -1, 1e6, 1)      \
+    X(m_deliver_choice_2, 25, -1, 1e6, 1)      \
+    X(m_deliver_choice_3, -1, -1, 1e6, 1)
+
+#define ENV_STATS(X)                                                                  \
+    X(episode_return) X(episode_length) X(delivered) X(confirmed) X(success)         \
+    X(time_to_first_delivery) X(connected_fraction) X(explored_fraction)
+
+/* Config indices, in ENV_CONFIG order. */
+enum {
+#define DS_CONFIG_INDEX(name, def, lo, hi, is_int) DS_CFG_##name,
+    ENV_CONFIG(DS_CONFIG_INDEX)
+#undef DS_CONFIG_INDEX
+    DS_CFG_COUNT
+};
+
+enum { DS_UNKNOWN = 0, DS_CONFIRMED = 1, DS_DELIVERED = 2 };
+
+#ifdef DS_PROFILE
+#include <x86intrin.h>
+enum { DS_PH_MOVE, DS_PH_CONNECT, DS_PH_CONFIRM, DS_PH_DETECT, DS_PH_REWARD_OBS, DS_PH_END,
+       DS_PH_COUNT };
+#define DS_TICK(phase)                          \
+    do {                                        \
+        uint64_t now_ = __rdtsc();              \
+        env->profile[phase] += now_ - tick_;    \
+        tick_ = now_;                           \
+    } while (0)
+#define DS_TICK_START() uint64_t tick_ = __rdtsc()
+#else
+#define DS_TICK(phase) ((void)0)
+#define DS_TICK_START() ((void)0)
+#endif
+
+struct Env {
+    PgBatch pg;
+    /* configuration, in float32 as the step uses it */
+    int n, m, k, obs_dim, max_steps, randomise, divide_found;
+    int t_confirm, m_deliver;
+    int t_choices[4], m_choices[4], num_t_choices, num_m_choices;
+    int cells_per_side, cells, words64, words32;
+    float world_size, base_x, base_y, r_comm, r_sense, r_confirm_radius, v_max, dt;
+    float c_idle, c_move, c_scan, spawn_radius, victim_min_dist, victim_max_dist;
+    float detect_prob_scale, cell_size, r_time, c_energy, r_found, r_confirm, r_explore;
+    float r_scan_near, r_dispersion, min_drone_separation, r_connect, p_comm_drop;
+    float r_comm_min, r_comm_max, p_comm_drop_min, p_comm_drop_max;
+    /* per instance */
+    int32_t *step, *ep_t_confirm, *ep_m_deliver, *first_delivery;
+    int64_t *connected_steps;
+    float *ep_r_comm, *ep_p_drop;
+    /* per drone [num_envs * n] */
+    float *x, *y, *battery, *returns;
+    int32_t *age;
+    uint8_t *connected, *scanning;
+    /* per victim [num_envs * m] */
+    float *vx, *vy;
+    int32_t *status, *confirm_drone, *progress, *owner, *window;
+    uint8_t *ever_confirmed;
+    /* exploration bitsets: [num_envs * words64], [num_envs * n * words64] */
+    uint64_t *visited, *own_visited;
+#ifdef DS_PROFILE
+    uint64_t profile[DS_PH_COUNT];
+    uint64_t profile_steps;
+#endif
+};
+typedef struct Env Env;
+
+/* ---- configuration ---------------------------------------------------------- */
+
+static int ds_fail(char *err, size_t errlen, const char *message) {
+    snprintf(err, errlen, "%s", message);
+    return -1;
+}
+
+/* Cross-field rules (the Python class checks the same with the same words). */
+static int ds_check_config(const double *c, char *err, size_t errlen) {
+    double size = c[DS_CFG_world_size];
+    double base[2] = {c[DS_CFG_base_x], c[DS_CFG_base_y]};
+    const char *base_names[2] = {"base_x", "base_y"};
+    for (int a = 0; a < 2; a++) {
+        if (base[a] == -1.0) base[a] = size / 2.0;
+        else if (!(base[a] >= 0.0 && base[a] <= size)) {
+            snprintf(err, errlen,
+                     "config field '%s' = %g must be -1 (centre) or in [0, world_size = %g]",
+                     base_names[a], base[a], size);
+            return -1;
+        }
+    }
+    if (!(c[DS_CFG_spawn_radius] == -1.0 || c[DS_CFG_spawn_radius] >= 0.0))
+        return ds_fail(err, errlen, "config field 'spawn_radius' must be -1 (= r_comm) or >= 0");
+    if (c[DS_CFG_victim_min_dist] > c[DS_CFG_victim_max_dist]) {
+        snprintf(err, errlen, "config field 'victim_min_dist' = %g must be <= victim_max_dist = %g",
+                 c[DS_CFG_victim_min_dist], c[DS_CFG_victim_max_dist]);
+        return -1;
+    }
+    double far_x = base[0] > size - base[0] ? base[0] : size - base[0];
+    double far_y = base[1] > size - base[1] ? base[1] : size - base[1];
+    double farthest = sqrt(far_x * far_x + far_y * far_y);
+    if (c[DS_CFG_victim_min_dist] > farthest) {
+        snprintf(err, errlen,
+                 "config field 'victim_min_dist' = %g puts the victim annulus outside the world: "
+                 "the farthest point of the world is %g from the base",
+                 c[DS_CFG_victim_min_dist], farthest);
+        return -1;
+    }
+    double side = ceil(size / c[DS_CFG_cell_size]);
+    if (side > DS_MAX_CELLS_PER_SIDE) {
+        snprintf(err, errlen,
+                 "config field 'cell_size' = %g gives %g cells per side for world_size %g; "
+                 "at most %d allowed",
+                 c[DS_CFG_cell_size], side, size, DS_MAX_CELLS_PER_SIDE);
+        return -1;
+    }
+    if (c[DS_CFG_r_comm_min] > c[DS_CFG_r_comm_max])
+        return ds_fail(err, errlen, "config field 'r_comm_min' must be <= r_comm_max");
+    if (c[DS_CFG_p_comm_drop_min] > c[DS_CFG_p_comm_drop_max])
+        return ds_fail(err, errlen, "config field 'p_comm_drop_min' must be <= p_comm_drop_max");
+    const char *t_names[4] = {"t_confirm_choice_0", "t_confirm_choice_1", "t_confirm_choice_2",
+                              "t_confirm_choice_3"};
+    for (int i = 0; i < 4; i++) {
+        if (c[DS_CFG_t_confirm_choice_0 + i] == 0.0) {
+            snprintf(err, errlen, "config field '%s' = 0 must be -1 (unused) or >= 1", t_names[i]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+#define DS_ALLOC(field, count)                                          \
+    do {                                                                \
+        env->field = calloc((size_t)(count), sizeof(*env->field));      \
+        if (!env->field) {                                              \
+            snprintf(err, errlen, "out of memory for %d DroneSwarm instances", pg->num_envs); \
+            return -1;                                                  \
+        }                                                               \
+    } while (0)
+
+static int env_init(Env *env, const double *c, char *err, size_t errlen) {
+    if (ds_check_config(c, err, errlen) != 0) return -1;
+    env->n = (int)c[DS_CFG_n_drones];
+    env->m = (int)c[DS_CFG_n_victims];
+    env->k = (int)c[DS_CFG_obs_n_nearest];
+    env->obs_dim = 10 + 3 * env->k;
+    env->max_steps = (int)c[DS_CFG_max_steps];
+    env->randomise = (int)c[DS_CFG_randomise];
+    env->divide_found = (int)c[DS_CFG_r_found_divide_by_n];
+    env->t_confirm = (int)c[DS_CFG_t_confirm];
+    env->m_deliver = (int)c[DS_CFG_m_deliver];
+    env->num_t_choices = env->num_m_choices = 0;
+    for (int i = 0; i < 4; i++) {
+        int t = (int)c[DS_CFG_t_confirm_choice_0 + i], md = (int)c[DS_CFG_m_deliver_choice_0 + i];
+        if (t != -1) env->t_choices[env->num_t_choices++] = t;
+        if (md != -1) env->m_choices[env->num_m_choices++] = md;
+    }
+    double size = c[DS_CFG_world_size];
+    env->world_size = (float)size;
+    env->base_x = (float)(c[DS_CFG_base_x] == -1.0 ? size / 2.0 : c[DS_CFG_base_x]);
+    env->base_y = (float)(c[DS_CFG_base_y] == -1.0 ? size / 2.0 : c[DS_CFG_base_y]);
+    env->r_comm = (float)c[DS_CFG_r_comm];
+    env->r_sense = (float)c[DS_CFG_r_sense];
+    env->r_confirm_radius = (float)c[DS_CFG_r_confirm_radius];
+    env->v_max = (float)c[DS_CFG_v_max];
+    env->dt = (float)c[DS_CFG_dt];
+    env->c_idle = (float)c[DS_CFG_c_idle];
+    env->c_move = (float)c[DS_CFG_c_move];
+    env->c_scan = (float)c[DS_CFG_c_scan];
+    env->spawn_radius = (float)c[DS_CFG_spawn_radius];
+    env->victim_min_dist = (float)c[DS_CFG_victim_min_dist];
+    env->victim_max_dist = (float)c[DS_CFG_victim_max_dist];
+    env->detect_prob_scale = (float)c[DS_CFG_detect_prob_scale];
+    env->cell_size = (float)c[DS_CFG_cell_size];
+    env->r_time = (float)c[DS_CFG_r_time];
+    env->c_energy = (float)c[DS_CFG_c_energy];
+    env->r_found = (float)c[DS_CFG_r_found];
+    env->r_confirm = (float)c[DS_CFG_r_confirm];
+    env->r_explore = (float)c[DS_CFG_r_explore];
+    env->r_scan_near = (float)c[DS_CFG_r_scan_near];
+    env->r_dispersion = (float)c[DS_CFG_r_dispersion];
+    env->min_drone_separation = (float)c[DS_CFG_min_drone_separation];
+    env->r_connect = (float)c[DS_CFG_r_connect];
+    env->p_comm_drop = (float)c[DS_CFG_p_comm_drop];
+    env->r_comm_min = (float)c[DS_CFG_r_comm_min];
+    env->r_comm_max = (float)c[DS_CFG_r_comm_max];
+    env->p_comm_drop_min = (float)c[DS_CFG_p_comm_drop_min];
+    env->p_comm_drop_max = (float)c[DS_CFG_p_comm_drop_max];
+    int side = (int)ceil(size / c[DS_CFG_cell_size]);
+    env->cells_per_side = side < 1 ? 1 : side;
+    env->cells = env->cells_per_side * env->cells_per_side;
+    env->words64 = (env->cells + 63) / 64;
+    env->words32 = (env->cells + 31) / 32;
+
+    PgBatch *pg = &env->pg;
+    pg->obs_dim = env->obs_dim;
+    pg->obs_is_uint8 = 0;
+    pg->agents_per_env = env->n;
+    pg->action_kind = PG_ACTION_CONTINUOUS;
+    pg->action_dim = 3;
+
+    size_t envs = (size_t)pg->num_envs, drones = envs * (size_t)env->n;
+    size_t victims = envs * (size_t)env->m;
+    DS_ALLOC(step, envs);
+    DS_ALLOC(ep_t_confirm, envs);
+    DS_ALLOC(ep_m_deliver, envs);
+    DS_ALLOC(first_delivery, envs);
+    DS_ALLOC(connected_steps, envs);
+    DS_ALLOC(ep_r_comm, envs);
+    DS_ALLOC(ep_p_drop, envs);
+    DS_ALLOC(x, drones);
+    DS_ALLOC(y, drones);
+    DS_ALLOC(battery, drones);
+    DS_ALLOC(returns, drones);
+    DS_ALLOC(age, drones);
+    DS_ALLOC(connected, drones);
+    DS_ALLOC(scanning, drones);
+    DS_ALLOC(vx, victims);
+    DS_ALLOC(vy, victims);
+    DS_ALLOC(status, victims);
+    DS_ALLOC(confirm_drone, victims);
+    DS_ALLOC(progress, victims);
+    DS_ALLOC(owner, victims);
+    DS_ALLOC(window, victims);
+    DS_ALLOC(ever_confirmed, victims);
+    DS_ALLOC(visited, envs * (size_t)env->words64);
+    DS_ALLOC(own_visited, drones * (size_t)env->words64);
+    return 0;
+}
+
+static void env_free(Env *env) {
+#ifdef DS_PROFILE
+    const char *path = getenv("PEREGRINE_DS_PROFILE");
+    FILE *out = path ? fopen(path, "a") : NULL;
+    if (out) {
+        fprintf(out,
+                "{\"steps\": %llu, \"movement\": %llu, \"connectivity\": %llu, "
+                "\"confirmation_delivery\": %llu, \"detections\": %llu, "
+                "\"rewards_observations\": %llu, \"end_reset\": %llu}\n",
+                (unsigned long long)env->profile_steps,
+                (unsigned long long)env->profile[DS_PH_MOVE],
+                (unsigned long long)env->profile[DS_PH_CONNECT],
+                (unsigned long long)env->profile[DS_PH_CONFIRM],
+                (unsigned long long)env->profile[DS_PH_DETECT],
+                (unsigned long long)env->profile[DS_PH_REWARD_OBS],
+                (unsigned long long)env->profile[DS_PH_END]);
+        fclose(out);
+    }
+#endif
+    free(env->step);
+    free(env->ep_t_confirm);
+    free(env->ep_m_deliver);
+    free(env->first_delivery);
+    free(env->connected_steps);
+    free(env->ep_r_comm);
+    free(env->ep_p_drop);
+    free(env->x);
+    free(env->y);
+    free(env->battery);
+    free(env->returns);
+    free(env->age);
+    free(env->connected);
+    free(env->scanning);
+    free(env->vx);
+    free(env->vy);
+    free(env->status);
+    free(env->confirm_drone);
+    free(env->progress);
+    free(env->owner);
+    free(env->window);
+    free(env->ever_confirmed);
+    free(env->visited);
+    free(env->own_visited);
+}
+
+/* ---- shared pieces ---------------------------------------------------------- */
+
+static inline int ds_cell(const Env *env, float x, float y) {
+    int side = env->cells_per_side;
+    int cx = (int)(x / env->cell_size), cy = (int)(y / env->cell_size);
+    cx = cx < side - 1 ? cx : side - 1;
+    cy = cy < side - 1 ? cy : side - 1;
+    return cy * side + cx;
+}
+
+/* Pairwise pass over drones of instance i: live-neighbour counts and squared
+ * nearest live-neighbour distances for every drone (dead ones too: they still
+ * observe), and the drone-drone adjacency (live pairs within r_comm) as
+ * bitmasks. */
+static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
+                            float *nearest2, uint64_t *adjacency) {
+    const int n = env->n;
+    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+    for (int d = 0; d < n; d++) {
+        count[d] = 0;
+        nearest2[d] = INFINITY;
+        adjacency[d] = 0;
+    }
+    for (int a = 0; a < n; a++) {
+        int alive_a = (int)((alive >> a) & 1);
+        float xa = x[a], ya = y[a];
+        for (int b = a + 1; b < n; b++) {
+            float dx = xa - x[b], dy = ya - y[b];
+            float d2 = dx * dx + dy * dy;
+            int alive_b = (int)((alive >> b) & 1);
+            int in_range = d2 <= r2;
+            if (alive_b) {
+                count[a] += in_range;
+                nearest2[a] = d2 < nearest2[a] ? d2 : nearest2[a];
+            }
+            if (alive_a) {
+                count[b] += in_range;
+                nearest2[b] = d2 < nearest2[b] ? d2 : nearest2[b];
+            }
+            if (alive_a & alive_b & in_range) {
+                adjacency[a] |= 1ULL << b;
+                adjacency[b] |= 1ULL << a;
+            }
+        }
+    }
+}
+
+/* Base links: live drones within r_comm of the base. */
+static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, float r2) {
+    const int n = env->n;
+    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+    uint64_t links = 0;
+    for (int d = 0; d < n; d++) {
+        float dx = x[d] - env->base_x, dy = y[d] - env->base_y;
+        if (dx * dx + dy * dy <= r2) links |= 1ULL << d;
+    }
+    return links & alive;
+}
+
+/* The connected set: everything reachable from the base links. */
+static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
+    uint64_t reached = base, frontier = base;
+    while (frontier) {
+        int d = __builtin_ctzll(frontier);
+        frontier &= frontier - 1;
+        uint64_t fresh = adjacency[d] & ~reached;
+        reached |= fresh;
+        frontier |= fresh;
+    }
+    return reached;
+}
+
+static inline uint64_t ds_alive_mask(const Env *env, int i) {
+    const float *battery = env->battery + (size_t)i * env->n;
+    uint64_t alive = 0;
+    for (int d = 0; d < env->n; d++) alive |= (uint64_t)(battery[d] > 0.0f) << d;
+    return alive;
+}
+
+/* The first 10 features of every drone row of instance i; detection slots are
+ * left to the caller (zeroed when zero_slots). */
+static void ds_write_features(const Env *env, int i, float *obs, const int *count,
+                              const float *nearest2, int zero_slots) {
+    const int n = env->n, dim = env->obs_dim;
+    const size_t o = (size_t)i * n;
+    const float size = env->world_size, r_comm = env->ep_r_comm[i];
+    const float neighbour_scale = n > 1 ? (float)(n - 1) : 1.0f;
+    for (int d = 0; d < n; d++) {
+        float *row = obs + (o + d) * dim;
+        float x = env->x[o + d], y = env->y[o + d];
+        float dbx = env->base_x - x, dby = env->base_y - y;
+        float dist = sqrtf(dbx * dbx + dby * dby);
+        float near = sqrtf(nearest2[d]) / r_comm;
+        near = near < 1.0f ? near : 1.0f;
+        row[0] = pg_clampf(x / size, -1.0f, 1.0f);
+        row[1] = pg_clampf(y / size, -1.0f, 1.0f);
+        row[2] = pg_clampf(env->battery[o + d], -1.0f, 1.0f);
+        row[3] = pg_clampf(dist / size, -1.0f, 1.0f);
+        row[4] = env->connected[o + d] ? 1.0f : 0.0f;
+        row[5] = pg_clampf((float)env->age[o + d] / (float)env->max_steps, -1.0f, 1.0f);
+        row[6] = n > 1 ? pg_clampf((float)count[d] / neighbour_scale, -1.0f, 1.0f) : 0.0f;
+        row[7] = pg_clampf(near, -1.0f, 1.0f);
+        row[8] = dist > 0.0f ? pg_clampf(dbx / dist, -1.0f, 1.0f) : 0.0f;
+        row[9] = dist > 0.0f ? pg_clampf(dby / dist, -1.0f, 1.0f) : 0.0f;
+        if (zero_slots)
+            for (int s = 10; s < dim; s++) row[s] = 0.0f;
+    }
+}
+
+/* Observations from the stored state alone (reset, set_state): no detections. */
+static void ds_observe_state(const Env *env, int i) {
+    int count[DS_MAX_DRONES];
+    float nearest2[DS_MAX_DRONES];
+    uint64_t adjacency[DS_MAX_DRONES];
+    float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
+    ds_pairs(env, i, ds_alive_mask(env, i), r2, count, nearest2, adjacency);
+    ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
+}
+
+/* ---- reset -------------------------------------------------------------------- */
+
+static void ds_reset_instance(Env *env, int i) {
+    uint64_t *rng = &env->pg.rng[i];
+    const int n = env->n, m = env->m;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    if (env->randomise) {
+        env->ep_r_comm[i] = pg_uniform_range(rng, env->r_comm_min, env->r_comm_max);
+        env->ep_p_drop[i] = pg_uniform_range(rng, env->p_comm_drop_min, env->p_comm_drop_max);
+        env->ep_t_confirm[i] = env->num_t_choices
+                                   ? env->t_choices[pg_randint(rng, env->num_t_choices)]
+                                   : env->t_confirm;
+        env->ep_m_deliver[i] = env->num_m_choices
+                                   ? env->m_choices[pg_randint(rng, env->num_m_choices)]
+                                   : env->m_deliver;
+    } else {
+        env->ep_r_comm[i] = env->r_comm;
+        env->ep_p_drop[i] = env->p_comm_drop;
+        env->ep_t_confirm[i] = env->t_confirm;
+        env->ep_m_deliver[i] = env->m_deliver;
+    }
+    const float bx = env->base_x, by = env->base_y, size = env->world_size;
+
+    /* drones: uniform in the disc around the base, clipped to the world */
+    float radius = env->spawn_radius < 0.0f ? env->ep_r_comm[i] : env->spawn_radius;
+    float lo_x = bx - radius, hi_x = bx + radius, lo_y = by - radius, hi_y = by + radius;
+    lo_x = lo_x > 0.0f ? lo_x : 0.0f;
+    lo_y = lo_y > 0.0f ? lo_y : 0.0f;
+    hi_x = hi_x < size ? hi_x : size;
+    hi_y = hi_y < size ? hi_y : size;
+    float radius2 = radius * radius;
+    for (int d = 0; d < n; d++) {
+        float px = bx, py = by;
+        int ok = 0;
+        for (int t = 0; t < DS_DRONE_SPAWN_TRIES && !ok; t++) {
+            px = pg_uniform_range(rng, lo_x, hi_x);
+            py = pg_uniform_range(rng, lo_y, hi_y);
+            float dx = px - bx, dy = py - by;
+            ok = dx * dx + dy * dy <= radius2;
+        }
+        env->x[od + d] = ok ? px : bx;
+        env->y[od + d] = ok ? py : by;
+    }
+    /* victims: uniform in the annulus, inside the world */
+    float vmin = env->victim_min_dist, vmax = env->victim_max_dist;
+    float vmin2 = vmin * vmin, vmax2 = vmax * vmax;
+    lo_x = bx - vmax;
+    hi_x = bx + vmax;
+    lo_y = by - vmax;
+    hi_y = by + vmax;
+    lo_x = lo_x > 0.0f ? lo_x : 0.0f;
+    lo_y = lo_y > 0.0f ? lo_y : 0.0f;
+    hi_x = hi_x < size ? hi_x : size;
+    hi_y = hi_y < size ? hi_y : size;
+    for (int v = 0; v < m; v++) {
+        float px = bx, py = by;
+        int ok = 0;
+        for (int t = 0; t < DS_VICTIM_SPAWN_TRIES && !ok; t++) {
+            px = pg_uniform_range(rng, lo_x, hi_x);
+            py = pg_uniform_range(rng, lo_y, hi_y);
+            float dx = px - bx, dy = py - by, d2 = dx * dx + dy * dy;
+            ok = (d2 >= vmin2) & (d2 <= vmax2);
+        }
+        env->vx[ov + v] = px;
+        env->vy[ov + v] = py;
+        env->status[ov + v] = DS_UNKNOWN;
+        env->confirm_drone[ov + v] = -1;
+        env->progress[ov + v] = 0;
+        env->owner[ov + v] = -1;
+        env->window[ov + v] = 0;
+        env->ever_confirmed[ov + v] = 0;
+    }
+
+    env->step[i] = 0;
+    env->first_delivery[i] = -1;
+    env->connected_steps[i] = 0;
+    const int words = env->words64;
+    uint64_t *visited = env->visited + (size_t)i * words;
+    uint64_t *own = env->own_visited + od * words;
+    memset(visited, 0, (size_t)words * sizeof(uint64_t));
+    memset(own, 0, (size_t)n * words * sizeof(uint64_t));
+    for (int d = 0; d < n; d++) {
+        env->battery[od + d] = 1.0f;
+        env->age[od + d] = 0;
+        env->returns[od + d] = 0.0f;
+        env->scanning[od + d] = 0;
+        int c = ds_cell(env, env->x[od + d], env->y[od + d]);
+        visited[c >> 6] |= 1ULL << (c & 63);
+        own[(size_t)d * words + (c >> 6)] |= 1ULL << (c & 63);
+    }
+    /* connectivity without drops, then the first observation */
+    int count[DS_MAX_DRONES];
+    float nearest2[DS_MAX_DRONES];
+    uint64_t adjacency[DS_MAX_DRONES];
+    uint64_t alive = ds_alive_mask(env, i);
+    float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
+    ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
+    uint64_t connected = ds_closure(ds_base_links(env, i, alive, r2), adjacency);
+    for (int d = 0; d < n; d++) env->connected[od + d] = (uint8_t)((connected >> d) & 1);
+    ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
+}
+
+static void env_reset(Env *env, int start, int end) {
+    for (int i = start; i < end; i++) ds_reset_instance(env, i);
+}
+
+/* ---- the step --------------------------------------------------------------- */
+
+static void ds_record_episode(Env *env, int i) {
+    const int n = env->n, m = env->m;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    double total = 0.0;
+    for (int d = 0; d < n; d++) total += (double)env->returns[od + d];
+    int delivered = 0, confirmed = 0;
+    for (int v = 0; v < m; v++) {
+        delivered += env->status[ov + v] == DS_DELIVERED;
+        confirmed += env->ever_confirmed[ov + v];
+    }
+    int explored = 0;
+    const uint64_t *visited = env->visited + (size_t)i * env->words64;
+    for (int w = 0; w < env->words64; w++) explored += __builtin_popcountll(visited[w]);
+    double length = (double)env->step[i];
+    int first = env->first_delivery[i];
+    double values[8] = {
+        total / n,
+        length,
+        (double)delivered,
+        (double)confirmed,
+        delivered == m ? 1.0 : 0.0,
+        first >= 0 ? (double)first : (double)env->max_steps,
+        (double)env->connected_steps[i] / ((double)n * length),
+        (double)explored / (double)env->cells,
+    };
+    pg_stats_record(&env->pg, i, values);
+}
+
+static void ds_step_instance(Env *env, int i) {
+    PgBatch *pg = &env->pg;
+    const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    const float *actions = (const float *)pg->actions + od * 3;
+    float *x = env->x + od, *y = env->y + od, *battery = env->battery + od;
+    float *vx = env->vx + ov, *vy = env->vy + ov;
+    int32_t *status = env->status + ov;
+    float *obs = (float *)pg->observations;
+    uint64_t *rng = &pg->rng[i];
+    const float size = env->world_size;
+    DS_TICK_START();
+
+    /* 1-2. movement, exploration, battery */
+    float speed2[DS_MAX_DRONES], explore[DS_MAX_DRONES];
+    uint64_t scanning = 0;
+    const int words = env->words64;
+    uint64_t *visited = env->visited + (size_t)i * words;
+    uint64_t *own = env->own_visited + od * words;
+    for (int d = 0; d < n; d++) {
+        float ax = pg_clampf(pg_finite_or_zero(actions[3 * d + 0]), -1.0f, 1.0f);
+        float ay = pg_clampf(pg_finite_or_zero(actions[3 * d + 1]), -1.0f, 1.0f);
+        float as = pg_clampf(pg_finite_or_zero(actions[3 * d + 2]), -1.0f, 1.0f);
+        int active = battery[d] > 0.0f;
+        float norm2 = ax * ax + ay * ay;
+        if (norm2 > 1.0f) {
+            float norm = sqrtf(norm2);
+            ax = ax / norm;
+            ay = ay / norm;
+        }
+        if (!active) ax = ay = 0.0f;
+        int scan = active & (as > 0.0f);
+        scanning |= (uint64_t)scan << d;
+        env->scanning[od + d] = (uint8_t)scan;
+        float s2 = ax * ax + ay * ay;
+        speed2[d] = s2;
+        x[d] = pg_clampf(x[d] + (ax * env->v_max) * env->dt, 0.0f, size);
+        y[d] = pg_clampf(y[d] + (ay * env->v_max) * env->dt, 0.0f, size);
+        explore[d] = 0.0f;
+        if (active) {
+            int c = ds_cell(env, x[d], y[d]);
+            uint64_t bit = 1ULL << (c & 63);
+            uint64_t *global_word = &visited[c >> 6], *own_word = &own[(size_t)d * words + (c >> 6)];
+            float global_new = (*global_word & bit) ? 0.0f : 1.0f;
+            float own_new = (*own_word & bit) ? 0.0f : 0.5f;
+            explore[d] = global_new + own_new;
+            *global_word |= bit;
+            *own_word |= bit;
+        }
+        float drain = (env->c_idle + env->c_move * s2 + env->c_scan * (scan ? 1.0f : 0.0f)) * env->dt;
+        float b = battery[d] - drain;
+        battery[d] = b > 0.0f ? b : 0.0f;
+    }
+    DS_TICK(DS_PH_MOVE);
+
+    /* 3. connectivity (and the neighbour features from the same pair pass) */
+    uint64_t alive = ds_alive_mask(env, i);
+    const float r_comm = env->ep_r_comm[i], r2 = r_comm * r_comm;
+    int count[DS_MAX_DRONES];
+    float nearest2[DS_MAX_DRONES];
+    uint64_t adjacency[DS_MAX_DRONES];
+    ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
+    uint64_t base = ds_base_links(env, i, alive, r2);
+    const float p_drop = env->ep_p_drop[i];
+    if (p_drop > 0.0f) {
+        for (int d = 0; d < n; d++)
+            if ((base >> d) & 1)
+                if (!(pg_uniform(rng) >= p_drop)) base &= ~(1ULL << d);
+        for (int a = 0; a < n; a++) {
+            uint64_t later = adjacency[a] & ~((2ULL << a) - 1); /* b > a, ascending */
+            if (a == 63) later = 0;
+            while (later) {
+                int b = __builtin_ctzll(later);
+                later &= later - 1;
+                if (!(pg_uniform(rng) >= p_drop)) {
+                    adjacency[a] &= ~(1ULL << b);
+                    adjacency[b] &= ~(1ULL << a);
+                }
+            }
+        }
+    }
+    uint64_t connected = ds_closure(base, adjacency);
+    env->connected_steps[i] += __builtin_popcountll(connected);
+    for (int d = 0; d < n; d++) {
+        int is_connected = (int)((connected >> d) & 1);
+        env->connected[od + d] = (uint8_t)is_connected;
+        env->age[od + d] = is_connected ? 0 : env->age[od + d] + 1;
+    }
+    DS_TICK(DS_PH_CONNECT);
+
+    /* 4. confirmation, 5. delivery */
+    int confirmations[DS_MAX_DRONES];
+    for (int d = 0; d < n; d++) confirmations[d] = 0;
+    const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
+    const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
+    int delivered_now = 0;
+    for (int v = 0; v < m; v++) {
+        if (status[v] == DS_UNKNOWN) {
+            int best = -1;
+            float best2 = INFINITY;
+            for (uint64_t s = scanning; s; s &= s - 1) {
+                int d = __builtin_ctzll(s);
+                float dx = vx[v] - x[d], dy = vy[v] - y[d];
+                float d2 = dx * dx + dy * dy;
+                if (d2 <= rc2 && d2 < best2) {
+                    best2 = d2;
+                    best = d;
+                }
+            }
+            int32_t *progress = &env->progress[ov + v], *drone = &env->confirm_drone[ov + v];
+            if (best < 0) {
+                *progress = 0;
+                *drone = -1;
+            } else {
+                *progress = best == *drone ? *progress + 1 : 1;
+                *drone = best;
+                if (*progress >= t_confirm) {
+                    status[v] = DS_CONFIRMED;
+                    env->owner[ov + v] = best;
+                    env->window[ov + v] = m_deliver;
+                    env->ever_confirmed[ov + v] = 1;
+                    *progress = 0;
+                    *drone = -1;
+                    confirmations[best]++;
+                }
+            }
+        }
+        if (status[v] == DS_CONFIRMED) {
+            int owner = env->owner[ov + v];
+            if ((connected >> owner) & 1) {
+                status[v] = DS_DELIVERED;
+                delivered_now++;
+            } else if (env->window[ov + v] == 0) {
+                status[v] = DS_UNKNOWN;
+                env->owner[ov + v] = -1;
+            } else {
+                env->window[ov + v]--;
+            }
+        }
+    }
+    if (delivered_now > 0 && env->first_delivery[i] < 0) env->first_delivery[i] = env->step[i] + 1;
+    DS_TICK(DS_PH_CONFIRM);
+
+    /* 6. detections (written straight into the slots), scan-near flags */
+    const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
+    const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
+    const float scale = env->detect_prob_scale;
+    uint64_t scan_near = 0;
+    for (int d = 0; d < n; d++) {
+        float *slots = obs + (od + d) * dim + 10;
+        for (int s = 0; s < 3 * k; s++) slots[s] = 0.0f;
+        if (!((scanning >> d) & 1)) continue;
+        float slot_d2[DS_MAX_NEAREST];
+        int found = 0;
+        for (int v = 0; v < m; v++) {
+            if (status[v] == DS_DELIVERED) continue;
+            float dx = vx[v] - x[d], dy = vy[v] - y[d];
+            float d2 = dx * dx + dy * dy;
+            if (status[v] == DS_UNKNOWN && d2 <= near2) scan_near |= 1ULL << d;
+            if (!(d2 <= rs2)) continue;
+            float u = pg_uniform(rng);
+            float p = pg_clampf((1.0f - sqrtf(d2) / r_sense) * scale, 0.0f, 1.0f);
+            if (!(u < p) || k == 0) continue;
+            if (found == k && !(d2 < slot_d2[k - 1])) continue;
+            int pos = found < k ? found++ : k - 1;
+            while (pos > 0 && slot_d2[pos - 1] > d2) {
+                slot_d2[pos] = slot_d2[pos - 1];
+                slots[3 * pos + 0] = slots[3 * pos - 3];
+                slots[3 * pos + 1] = slots[3 * pos - 2];
+                slots[3 * pos + 2] = slots[3 * pos - 1];
+                pos--;
+            }
+            slot_d2[pos] = d2;
+            slots[3 * pos + 0] = pg_clampf(dx / size, -1.0f, 1.0f);
+            slots[3 * pos + 1] = pg_clampf(dy / size, -1.0f, 1.0f);
+            slots[3 * pos + 2] = p;
+        }
+    }
+    DS_TICK(DS_PH_DETECT);
+
+    /* 7. rewards, observations */
+    float share = env->r_found * (float)delivered_now;
+    if (env->divide_found) share = share / (float)n;
+    float *rewards = pg->rewards + od, *returns = env->returns + od;
+    const float sep = env->min_drone_separation, r_disp = env->r_dispersion;
+    for (int d = 0; d < n; d++) {
+        float dispersion = 0.0f;
+        if ((alive >> d) & 1) {
+            float nearest = sqrtf(nearest2[d]);
+            dispersion = nearest >= sep ? r_disp : -(r_disp * (1.0f - nearest / sep));
+        }
+        float r = env->r_time;
+        r = r - env->c_energy * speed2[d];
+        r = r + share;
+        r = r + env->r_confirm * (float)confirmations[d];
+        r = r + env->r_explore * explore[d];
+        r = r + (((scan_near >> d) & 1) ? env->r_scan_near : 0.0f);
+        r = r + dispersion;
+        r = r + (((connected >> d) & 1) ? env->r_connect : 0.0f);
+        rewards[d] = r;
+        returns[d] = returns[d] + r;
+    }
+    env->step[i]++;
+    ds_write_features(env, i, obs, count, nearest2, 0);
+    DS_TICK(DS_PH_REWARD_OBS);
+
+    /* 8. end of episode */
+    int all_delivered = 1;
+    for (int v = 0; v < m; v++) all_delivered &= status[v] == DS_DELIVERED;
+    int terminal = all_delivered | (alive == 0);
+    int truncated = !terminal & (env->step[i] >= env->max_steps);
+    memset(pg->terminals + od, terminal, (size_t)n);
+    memset(pg->truncations + od, truncated, (size_t)n);
+    if (terminal | truncated) {
+        memcpy((float *)pg->final_observations + od * dim, obs + od * dim,
+               (size_t)n * dim * sizeof(float));
+        ds_record_episode(env, i);
+        ds_reset_instance(env, i);
+    }
+    DS_TICK(DS_PH_END);
+}
+
+static void env_step(Env *env, int start, int end) {
+    for (int i = start; i < end; i++) ds_step_instance(env, i);
+#ifdef DS_PROFILE
+    env->profile_steps += (uint64_t)(end - start);
+#endif
+}
+
+/* ---- exact state ---------------------------------------------------------------- */
+
+static int env_state_size(const Env *env) {
+    return DS_HEADER + DS_DRONE_FIELDS * env->n + DS_VICTIM_FIELDS * env->m +
+           env->words32 * (1 + env->n);
+}
+
+static inline double ds_word32(const uint64_t *words64, int w) {
+    return (double)((words64[w >> 1] >> (32 * (w & 1))) & 0xFFFFFFFFULL);
+}
+
+static void env_get_state(const Env *env, int i, double *out) {
+    const int n = env->n, m = env->m;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    out[0] = env->step[i];
+    out[1] = env->ep_r_comm[i];
+    out[2] = env->ep_p_drop[i];
+    out[3] = env->ep_t_confirm[i];
+    out[4] = env->ep_m_deliver[i];
+    out[5] = env->first_delivery[i];
+    out[6] = (double)env->connected_steps[i];
+    double *drone = out + DS_HEADER;
+    for (int d = 0; d < n; d++, drone += DS_DRONE_FIELDS) {
+        drone[0] = env->x[od + d];
+        drone[1] = env->y[od + d];
+        drone[2] = env->battery[od + d];
+        drone[3] = env->connected[od + d];
+        drone[4] = env->age[od + d];
+        drone[5] = env->returns[od + d];
+        drone[6] = env->scanning[od + d];
+    }
+    double *victim = drone;
+    for (int v = 0; v < m; v++, victim += DS_VICTIM_FIELDS) {
+        victim[0] = env->vx[ov + v];
+        victim[1] = env->vy[ov + v];
+        victim[2] = env->status[ov + v];
+        victim[3] = env->confirm_drone[ov + v];
+        victim[4] = env->progress[ov + v];
+        victim[5] = env->owner[ov + v];
+        victim[6] = env->window[ov + v];
+        victim[7] = env->ever_confirmed[ov + v];
+    }
+    double *bits = victim;
+    const uint64_t *visited = env->visited + (size_t)i * env->words64;
+    for (int w = 0; w < env->words32; w++) *bits++ = ds_word32(visited, w);
+    for (int d = 0; d < n; d++) {
+        const uint64_t *own = env->own_visited + (od + d) * env->words64;
+        for (int w = 0; w < env->words32; w++) *bits++ = ds_word32(own, w);
+    }
+}
+
+static inline int ds_is_int(double v, double lo, double hi) {
+    return v >= lo && v <= hi && v == floor(v);
+}
+
+static int env_set_state(Env *env, int i, const double *in) {
+    const int n = env->n, m = env->m;
+    const double size = env->world_size;
+    /* validate everything before writing anything (same rules as reference.state_is_valid) */
+    if (!ds_is_int(in[0], 0, env->max_steps - 1) || !(in[1] >= 0.001 && in[1] <= 1e4) ||
+        !(in[2] >= 0.0 && in[2] <= 1.0) || !ds_is_int(in[3], 1, 1e6) || !ds_is_int(in[4], 0, 1e6) ||
+        !ds_is_int(in[5], -1, 1e7) || !ds_is_int(in[6], 0, 1e9))
+        return -1;
+    const double *drone = in + DS_HEADER;
+    for (int d = 0; d < n; d++, drone += DS_DRONE_FIELDS) {
+        if (!(drone[0] >= 0 && drone[0] <= size && drone[1] >= 0 && drone[1] <= size)) return -1;
+        if (!(drone[2] >= 0 && drone[2] <= 1)) return -1;
+        if (!ds_is_int(drone[3], 0, 1) || !ds_is_int(drone[4], 0, 1e9) || !ds_is_int(drone[6], 0, 1))
+            return -1;
+        if (!isfinite(drone[5]) || fabs(drone[5]) > 3.0e38) return -1;
+    }
+    const double *victim = drone;
+    for (int v = 0; v < m; v++, victim += DS_VICTIM_FIELDS) {
+        if (!(victim[0] >= 0 && victim[0] <= size && victim[1] >= 0 && victim[1] <= size)) return -1;
+        if (!ds_is_int(victim[2], 0, 2) || !ds_is_int(victim[3], -1, n - 1) ||
+            !ds_is_int(victim[4], 0, 1e6) || !ds_is_int(victim[5], -1, n - 1) ||
+            !ds_is_int(victim[6], 0, 1e6) || !ds_is_int(victim[7], 0, 1))
+            return -1;
+        if (victim[2] == DS_CONFIRMED && victim[5] < 0) return -1;
+    }
+    const double *bits = victim;
+    for (int w = 0; w < env->words32 * (1 + n); w++)
+        if (!ds_is_int(bits[w], 0, 4294967295.0)) return -1;
+
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    env->step[i] = (int32_t)in[0];
+    env->ep_r_comm[i] = (float)in[1];
+    env->ep_p_drop[i] = (float)in[2];
+    env->ep_t_confirm[i] = (int32_t)in[3];
+    env->ep_m_deliver[i] = (int32_t)in[4];
+    env->first_delivery[i] = (int32_t)in[5];
+    env->connected_steps[i] = (int64_t)in[6];
+    drone = in + DS_HEADER;
+    for (int d = 0; d < n; d++, drone += DS_DRONE_FIELDS) {
+        env->x[od + d] = (float)drone[0];
+        env->y[od + d] = (float)drone[1];
+        env->battery[od + d] = (float)drone[2];
+        env->connected[od + d] = (uint8_t)drone[3];
+        env->age[od + d] = (int32_t)drone[4];
+        env->returns[od + d] = (float)drone[5];
+        env->scanning[od + d] = (uint8_t)drone[6];
+    }
+    victim = drone;
+    for (int v = 0; v < m; v++, victim += DS_VICTIM_FIELDS) {
+        env->vx[ov + v] = (float)victim[0];
+        env->vy[ov + v] = (float)victim[1];
+        env->status[ov + v] = (int32_t)victim[2];
+        env->confirm_drone[ov + v] = (int32_t)victim[3];
+        env->progress[ov + v] = (int32_t)victim[4];
+        env->owner[ov + v] = (int32_t)victim[5];
+        env->window[ov + v] = (int32_t)victim[6];
+        env->ever_confirmed[ov + v] = (uint8_t)victim[7];
+    }
+    /* bitsets: 32-bit words in, 64-bit words here; bits past the last cell are dropped */
+    const int words64 = env->words64, cells = env->cells;
+    for (int set = 0; set <= n; set++) {
+        uint64_t *dst = set == 0 ? env->visited + (size_t)i * words64
+                                 : env->own_visited + (od + set - 1) * words64;
+        const double *src = bits + (size_t)set * env->words32;
+        for (int w = 0; w < words64; w++) dst[w] = 0;
+        for (int w = 0; w < env->words32; w++)
+            dst[w >> 1] |= (uint64_t)src[w] << (32 * (w & 1));
+        if (cells % 64) dst[words64 - 1] &= (1ULL << (cells % 64)) - 1;
+    }
+    ds_observe_state(env, i);
+    return 0;
+}
+
+#endif /* PEREGRINE_DRONE_SWARM_H */
