@@ -1,0 +1,49 @@
+"""`peregrine render ENV --policy P --out episode.gif`: one episode as an animated GIF.
+
+The policy is resolved as in `peregrine eval` (a scripted policy name or a
+checkpoint path). Each env with a renderer lists its module in RENDERERS;
+the module provides render_episode(env, policy, out_path, ...).
+"""
+from __future__ import annotations
+
+import importlib
+
+RENDERERS = {
+    "drone_swarm": "peregrine.envs.drone_swarm.render",
+}
+
+
+def add_arguments(parser):
+    parser.add_argument("env", help=f"environment to render ({', '.join(sorted(RENDERERS))})")
+    parser.add_argument("--policy", default="random",
+                        help="scripted policy name or checkpoint path (as for `peregrine eval`)")
+    parser.add_argument("--out", required=True, help="output GIF path")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--steps", type=int, default=None,
+                        help="stop after this many steps (default: the end of the episode)")
+    parser.add_argument("--preset", default="default")
+    parser.add_argument("--every", type=int, default=2, help="keep every k-th step as a frame")
+    parser.add_argument("--size", type=int, default=200, help="frame side in pixels")
+    parser.add_argument("--frame-ms", type=int, default=80, help="milliseconds per frame")
+
+
+def run(args) -> int:
+    if args.env not in RENDERERS:
+        raise ValueError(f"no renderer for env {args.env!r}; renderable envs: {sorted(RENDERERS)}")
+    if args.steps is not None and args.steps < 1:
+        raise ValueError(f"--steps must be positive, got {args.steps}")
+    if not str(args.out).lower().endswith(".gif"):
+        raise ValueError(f"--out must be a .gif path, got {args.out!r}")
+    from ..evaluate import make_policy
+    from ..registry import make
+    renderer = importlib.import_module(RENDERERS[args.env])
+    env = make(args.env, num_envs=1, seed=args.seed, preset=args.preset)
+    try:
+        policy = make_policy(args.env, args.policy, env, seed=args.seed)
+        result = renderer.render_episode(env, policy, args.out, max_steps=args.steps,
+                                         every=args.every, size=args.size, frame_ms=args.frame_ms)
+    finally:
+        env.close()
+    print(f"wrote {result['path']}: {result['frames']} frames, {result['steps']} steps, "
+          f"delivered {result['delivered']}")
+    return 0
