@@ -104,7 +104,13 @@ static void env_reset(Env *env, int start, int end) {
 
 /* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
  * pointers offset to the first instance and a size_t index, so it becomes
- * SIMD code (see cartpole.h). */
+ * SIMD code (see cartpole.h).
+ *
+ * MOUNTAIN_CAR_COS note: only the cosine of pg_sincosf is needed, and left
+ * alone GCC sinks the sine polynomial into a branch on the quadrant, which it
+ * then may not if-convert (float ops could trap), so the loop stays scalar.
+ * Adding 0 * sin keeps both polynomials live and branch-free; for finite
+ * values it changes nothing (the NumPy reference does the same). */
 PG_SIMD_KERNEL static void mountain_car_physics(
     const Env *env, size_t count, const int32_t *restrict actions,
     float *restrict positions, float *restrict velocities, int32_t *restrict steps,
@@ -120,14 +126,20 @@ PG_SIMD_KERNEL static void mountain_car_physics(
         float push = (float)(actions[i] - 1) * force; /* -force, 0 or +force */
         float sin_3x, cos_3x;
         pg_sincosf(3.0f * position, &sin_3x, &cos_3x);
+        cos_3x = cos_3x + 0.0f * sin_3x; /* see MOUNTAIN_CAR_COS note above */
         velocity = velocity + (push + cos_3x * neg_gravity);
         velocity = velocity < -max_speed ? -max_speed : velocity;
         velocity = velocity > max_speed ? max_speed : velocity;
         position = position + velocity;
-        position = position < min_position ? min_position : position;
+        /* An inelastic wall on the left: Gymnasium stops a car whose clipped
+         * position equals min_position while moving left. Positions never start
+         * left of the wall, so that is exactly "the unclipped position is at
+         * or past the wall" (it can be only when velocity < 0, or velocity is
+         * 0 already); this form keeps the loop free of branches. */
+        int at_wall = position <= min_position;
+        position = at_wall ? min_position : position;
         position = position > max_position ? max_position : position;
-        /* an inelastic wall on the left */
-        velocity = (position == min_position) & (velocity < 0.0f) ? 0.0f : velocity;
+        velocity = at_wall ? 0.0f : velocity;
         int terminal = (position >= goal_position) & (velocity >= goal_velocity);
         int step_count = steps[i] + 1;
         positions[i] = position;

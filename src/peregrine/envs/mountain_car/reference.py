@@ -52,11 +52,17 @@ class MountainCarReference:
     def step(self, actions):
         actions = np.asarray(actions).reshape(self.num_envs)
         push = (actions - 1).astype(np.float32) * self.force
-        _, cos_3x = sincos(f32(3.0) * self.position)
+        sin_3x, cos_3x = sincos(f32(3.0) * self.position)
+        cos_3x = cos_3x + f32(0) * sin_3x  # as in C, where it keeps the loop vectorizable
         velocity = self.velocity + (push + cos_3x * -self.gravity)
         velocity = np.clip(velocity, -self.max_speed, self.max_speed)
-        position = np.clip(self.position + velocity, MIN_POSITION, MAX_POSITION)
-        velocity = np.where((position == MIN_POSITION) & (velocity < 0), f32(0), velocity)
+        position = self.position + velocity
+        # Gymnasium zeroes the velocity when the clipped position sits on the
+        # left wall while moving left; as positions never start past the wall
+        # that is "the unclipped position is at or past it" (see the C header).
+        at_wall = position <= MIN_POSITION
+        position = np.minimum(np.where(at_wall, MIN_POSITION, position), MAX_POSITION)
+        velocity = np.where(at_wall, f32(0), velocity)
         self.position, self.velocity = position.astype(np.float32), velocity.astype(np.float32)
         self.steps += 1
         terminals = (self.position >= self.goal_position) & (self.velocity >= self.goal_velocity)

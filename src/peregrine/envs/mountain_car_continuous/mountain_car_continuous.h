@@ -16,8 +16,8 @@
  * Actions: Box(-1, 1, (1,)) float32, the generic continuous space, which is
  * also Gymnasium's. As in Gymnasium the action cost uses the action as given,
  * before clipping (a policy pays for out-of-range outputs); to keep the
- * reward finite for any input the cost saturates at |action| = 1e6. NaN/inf
- * actions count as 0.
+ * reward finite for any input action^2 saturates at 1e12. NaN/inf actions
+ * count as 0.
  *
  * Differences from Gymnasium, by design: float32 arithmetic and pg_sincosf
  * (one step from the same state agrees to ~1e-6 in the reward and ~1e-8 in
@@ -52,7 +52,7 @@
 
 #define MOUNTAIN_CAR_MIN_POSITION -1.2f
 #define MOUNTAIN_CAR_MAX_POSITION 0.6f
-#define MOUNTAIN_CAR_MAX_COSTED_ACTION 1e6f
+#define MOUNTAIN_CAR_MAX_ACTION_SQUARED 1e12f /* the action cost saturates here */
 
 struct Env {
     PgBatch pg;
@@ -62,6 +62,8 @@ struct Env {
     /* state, one entry per instance */
     float *position, *velocity, *returns;
     int32_t *steps;
+    /* scratch: this step's actions with NaN/inf replaced by 0 */
+    float *finite_actions;
 };
 typedef struct Env Env;
 
@@ -87,7 +89,9 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->velocity = (float *)calloc(n, sizeof(float));
     env->returns = (float *)calloc(n, sizeof(float));
     env->steps = (int32_t *)calloc(n, sizeof(int32_t));
-    if (!env->position || !env->velocity || !env->returns || !env->steps) {
+    env->finite_actions = (float *)calloc(n, sizeof(float));
+    if (!env->position || !env->velocity || !env->returns || !env->steps ||
+        !env->finite_actions) {
         snprintf(err, errlen, "out of memory for %zu MountainCarContinuous instances", n);
         return -1;
     }
@@ -99,6 +103,7 @@ static void env_free(Env *env) {
     free(env->velocity);
     free(env->returns);
     free(env->steps);
+    free(env->finite_actions);
 }
 
 static inline void mountain_car_write_obs(const Env *env, float *row, int i) {
@@ -120,9 +125,22 @@ static void env_reset(Env *env, int start, int end) {
 
 /* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
  * pointers offset to the first instance and a size_t index, so it becomes
- * SIMD code (see cartpole.h). */
+ * SIMD code (see cartpole.h).
+ *
+ * MOUNTAIN_CAR_COS note: only the cosine of pg_sincosf is needed, and left
+ * alone GCC sinks the sine polynomial into a branch on the quadrant, which it
+ * then may not if-convert (float ops could trap), so the loop stays scalar.
+ * Adding 0 * sin keeps both polynomials live and branch-free; for finite
+ * values it changes nothing (the NumPy reference does the same).
+ *
+ * The same trouble (GCC partially evaluating float ops on the path where a
+ * NaN action became the constant 0, then refusing to if-convert) is why NaN
+ * handling is a loop of its own writing a scratch array, and why the force
+ * is clipped after multiplying by power: clip(a, -1, 1) * power equals
+ * clip(a * power, -power, power) exactly, since rounding is monotonic. */
 PG_SIMD_KERNEL static void mountain_car_continuous_physics(
-    const Env *env, size_t count, const float *restrict actions, float *restrict positions,
+    const Env *env, size_t count, const float *restrict actions,
+    float *restrict finite_actions, float *restrict positions,
     float *restrict velocities, float *restrict returns, int32_t *restrict steps,
     float *restrict obs, float *restrict rewards, uint8_t *restrict terminals,
     uint8_t *restrict truncations) {
@@ -131,27 +149,39 @@ PG_SIMD_KERNEL static void mountain_car_continuous_physics(
     const float goal_reward = env->goal_reward, action_cost = env->action_cost;
     const float min_position = MOUNTAIN_CAR_MIN_POSITION;
     const float max_position = MOUNTAIN_CAR_MAX_POSITION;
-    const float max_costed = MOUNTAIN_CAR_MAX_COSTED_ACTION;
+    const float max_action_squared = MOUNTAIN_CAR_MAX_ACTION_SQUARED;
     const int max_steps = env->max_steps;
     for (size_t i = 0; i < count; i++) {
-        float position = positions[i], velocity = velocities[i];
         float action = actions[i];
-        action = fabsf(action) <= FLT_MAX ? action : 0.0f; /* NaN, inf -> 0 */
-        float force = action < -1.0f ? -1.0f : (action > 1.0f ? 1.0f : action);
-        float costed = action < -max_costed ? -max_costed : action;
-        costed = costed > max_costed ? max_costed : costed;
+        finite_actions[i] = fabsf(action) <= FLT_MAX ? action : 0.0f; /* NaN, inf -> 0 */
+    }
+    for (size_t i = 0; i < count; i++) {
+        float position = positions[i], velocity = velocities[i];
+        float action = finite_actions[i];
+        /* clip(action, -1, 1) * power, the same float32 value as Gymnasium's order */
+        float push = action * power;
+        push = push < -power ? -power : push;
+        push = push > power ? power : push;
+        float action_squared = action * action; /* the cost uses the unclipped action */
+        action_squared = action_squared > max_action_squared ? max_action_squared : action_squared;
         float sin_3x, cos_3x;
         pg_sincosf(3.0f * position, &sin_3x, &cos_3x);
-        velocity = velocity + (force * power - gravity * cos_3x);
+        cos_3x = cos_3x + 0.0f * sin_3x; /* see MOUNTAIN_CAR_COS note above */
+        velocity = velocity + (push - gravity * cos_3x);
         velocity = velocity < -max_speed ? -max_speed : velocity;
         velocity = velocity > max_speed ? max_speed : velocity;
         position = position + velocity;
-        position = position < min_position ? min_position : position;
+        /* An inelastic wall on the left: Gymnasium stops a car whose clipped
+         * position equals min_position while moving left. Positions never start
+         * left of the wall, so that is exactly "the unclipped position is at
+         * or past the wall" (it can be only when velocity < 0, or velocity is
+         * 0 already); this form keeps the loop free of branches. */
+        int at_wall = position <= min_position;
+        position = at_wall ? min_position : position;
         position = position > max_position ? max_position : position;
-        /* an inelastic wall on the left */
-        velocity = (position == min_position) & (velocity < 0.0f) ? 0.0f : velocity;
+        velocity = at_wall ? 0.0f : velocity;
         int terminal = (position >= goal_position) & (velocity >= goal_velocity);
-        float reward = (terminal ? goal_reward : 0.0f) - (costed * costed) * action_cost;
+        float reward = (terminal ? goal_reward : 0.0f) - action_squared * action_cost;
         int step_count = steps[i] + 1;
         positions[i] = position;
         velocities[i] = velocity;
@@ -171,7 +201,7 @@ static void env_step(Env *env, int start, int end) {
     uint8_t *terminals = pg->terminals, *truncations = pg->truncations;
     size_t s = (size_t)start;
     mountain_car_continuous_physics(env, (size_t)(end - start), (const float *)pg->actions + s,
-                                    env->position + s, env->velocity + s, env->returns + s,
+                                    env->finite_actions + s,                                    env->position + s, env->velocity + s, env->returns + s,
                                     env->steps + s, obs + 2 * s, pg->rewards + s,
                                     terminals + s, truncations + s);
 

@@ -14,7 +14,7 @@ from . import MountainCarContinuous
 
 f32 = np.float32
 MIN_POSITION, MAX_POSITION = f32(-1.2), f32(0.6)
-MAX_COSTED_ACTION = f32(1e6)  # the action cost saturates here so rewards stay finite
+MAX_ACTION_SQUARED = f32(1e12)  # the action cost saturates here so rewards stay finite
 
 
 class MountainCarContinuousReference:
@@ -56,19 +56,27 @@ class MountainCarContinuousReference:
     def step(self, actions):
         action = np.asarray(actions, np.float32).reshape(self.num_envs)
         action = np.where(np.isfinite(action), action, f32(0))
-        force = np.clip(action, f32(-1), f32(1))
-        costed = np.clip(action, -MAX_COSTED_ACTION, MAX_COSTED_ACTION)
-        _, cos_3x = sincos(f32(3.0) * self.position)
-        velocity = self.velocity + (force * self.power - self.gravity * cos_3x)
+        # clip(action, -1, 1) * power, computed as clip(action * power, -power, power):
+        # the same float32 value, in the order the C loop uses
+        push = np.clip(action * self.power, -self.power, self.power)
+        action_squared = np.minimum(action * action, MAX_ACTION_SQUARED)  # unclipped, as Gymnasium
+        sin_3x, cos_3x = sincos(f32(3.0) * self.position)
+        cos_3x = cos_3x + f32(0) * sin_3x  # as in C, where it keeps the loop vectorizable
+        velocity = self.velocity + (push - self.gravity * cos_3x)
         velocity = np.clip(velocity, -self.max_speed, self.max_speed)
-        position = np.clip(self.position + velocity, MIN_POSITION, MAX_POSITION)
-        velocity = np.where((position == MIN_POSITION) & (velocity < 0), f32(0), velocity)
+        position = self.position + velocity
+        # Gymnasium zeroes the velocity when the clipped position sits on the
+        # left wall while moving left; as positions never start past the wall
+        # that is "the unclipped position is at or past it" (see the C header).
+        at_wall = position <= MIN_POSITION
+        position = np.minimum(np.where(at_wall, MIN_POSITION, position), MAX_POSITION)
+        velocity = np.where(at_wall, f32(0), velocity)
         self.position, self.velocity = position.astype(np.float32), velocity.astype(np.float32)
         self.steps += 1
         terminals = (self.position >= self.goal_position) & (self.velocity >= self.goal_velocity)
         truncations = ~terminals & (self.steps >= self.max_steps)
         rewards = (np.where(terminals, self.goal_reward, f32(0))
-                   - (costed * costed) * self.action_cost).astype(np.float32)
+                   - action_squared * self.action_cost).astype(np.float32)
         self.returns = (self.returns + rewards).astype(np.float32)
         observations = self.observations()
         done = np.flatnonzero(terminals | truncations)
