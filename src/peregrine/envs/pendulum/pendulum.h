@@ -151,6 +151,11 @@ PG_SIMD_KERNEL static void pendulum_physics(
         float cost = theta * theta + 0.1f * (theta_dot * theta_dot) + 0.001f * (torque * torque);
         float sin_theta, cos_theta;
         pg_sincosf(theta, &sin_theta, &cos_theta);
+        /* Only the sine is needed here; left alone GCC sinks the cosine
+         * polynomial into a branch on the quadrant, which it may not
+         * if-convert (float ops could trap), and the AVX2 loop stays scalar.
+         * 0 * cos keeps it live and branch-free, changing no finite value. */
+        sin_theta = sin_theta + 0.0f * cos_theta;
         theta_dot = theta_dot + (gravity_term * sin_theta + torque_term * torque) * dt;
         theta_dot = theta_dot < -max_speed ? -max_speed : theta_dot;
         theta_dot = theta_dot > max_speed ? max_speed : theta_dot;

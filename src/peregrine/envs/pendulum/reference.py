@@ -69,7 +69,8 @@ class PendulumReference:
         torque = np.clip(torque, -self.max_torque, self.max_torque)
         theta, theta_dot = self.theta, self.theta_dot
         cost = theta * theta + f32(0.1) * (theta_dot * theta_dot) + f32(0.001) * (torque * torque)
-        sin, _ = sincos(theta)
+        sin, cos = sincos(theta)
+        sin = sin + f32(0) * cos  # as in C, where it keeps the loop vectorizable
         theta_dot = theta_dot + (self.gravity_term * sin + self.torque_term * torque) * self.dt
         theta_dot = np.clip(theta_dot, -self.max_speed, self.max_speed)
         self.theta = wrap_angle(theta + theta_dot * self.dt).astype(np.float32)
