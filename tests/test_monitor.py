@@ -122,6 +122,17 @@ def test_round_trip_values_missing_values_history_and_close(tmp_path):
         writer.update(global_step=1)
 
 
+def test_update_accepts_none_numpy_scalars_and_junk(tmp_path):
+    with MetricsWriter(tmp_path / "run", ["a"]) as writer:
+        writer.update(global_step=np.int64(7), sps=np.float32(2.5), episode_return=None,
+                      losses={"entropy": "n/a", "value_loss": np.float64(1.5)}, env_stats={"a": None})
+        with MetricsReader(tmp_path / "run") as reader:
+            record = reader.read()
+    assert record["global_step"] == 7 and record["sps"] == 2.5 and record["value_loss"] == 1.5
+    assert math.isnan(record["episode_return"]) and math.isnan(record["entropy"])
+    assert math.isnan(record.env_stats["a"])
+
+
 def test_writer_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="ring_capacity"):
         MetricsWriter(tmp_path / "a", [], ring_capacity=0)

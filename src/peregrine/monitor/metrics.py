@@ -99,6 +99,7 @@ STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 FINAL_STATUSES = ("finished", "interrupted", "crashed")
 
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+_EMPTY: dict = {}
 
 
 class MetricsFileError(Exception):
@@ -194,26 +195,22 @@ class MetricsWriter:
         if status not in STATUS_CODES:
             raise ValueError(f"status must be one of {list(STATUS_NAMES)}, got {status!r}")
         now = time.time()
-        values = self._values
-        values[1] = global_step
-        values[2] = updates
-        values[3] = _number(sps)
-        values[4] = now - self.start_time if elapsed is None else elapsed
-        values[5] = episodes
-        values[6] = _number(episode_return)
-        values[7] = _number(episode_length)
-        losses = losses or {}
-        for offset, name in enumerate(LOSS_NAMES, 8):
-            values[offset] = _number(losses.get(name))
-        time_split = time_split or {}
-        for offset, name in enumerate(TIME_SPLIT_NAMES, 14):
-            values[offset] = _number(time_split.get(name))
-        values[17] = now
-        values[18] = STATUS_CODES[status]
+        losses = losses or _EMPTY
+        time_split = time_split or _EMPTY
+        # One list, one NumPy assignment: cheaper than ~20 scalar stores.
+        row = [global_step, updates, sps, now - self.start_time if elapsed is None else elapsed,
+               episodes, episode_return, episode_length,
+               losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
+               losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
+               time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
+               now, STATUS_CODES[status]]
         if self.env_stat_names:
-            env_stats = env_stats or {}
-            for offset, name in enumerate(self.env_stat_names, len(FIELDS)):
-                values[offset] = _number(env_stats.get(name))
+            env_stats = env_stats or _EMPTY
+            row.extend(env_stats.get(name) for name in self.env_stat_names)
+        try:
+            self._values[1:] = row
+        except (TypeError, ValueError):            # None or a non-number somewhere: NaN for it
+            self._values[1:] = [_number(value) for value in row]
         self._publish()
 
     def heartbeat(self) -> None:
