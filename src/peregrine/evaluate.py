@@ -163,7 +163,8 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         needed = episodes - count
         if needed <= 0:
             break
-        env = make(env_name, num_envs=min(num_envs, needed), seed=int(seed) + round_index * ROUND_SEED_STRIDE,
+        round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
+        env = make(env_name, num_envs=min(num_envs, needed), seed=round_seed,
                    num_threads=num_threads, preset=preset, **config)
         try:
             if bound is None:
@@ -173,7 +174,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
                     bound.seed = int(seed) + round_index  # fresh random actions per round
                 _reset(bound, env)
             names = list(env.stat_names)
-            got, got_sums, got_squares = _first_episodes(env_name, env, bound)
+            got, got_sums, got_squares = _first_episodes(env_name, env, bound, round_seed)
         finally:
             env.close()
         count += got
@@ -196,7 +197,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     }
 
 
-def _first_episodes(env_name: str, env, policy):
+def _first_episodes(env_name: str, env, policy, seed: int):
     """Steps `env` until every instance finished its first episode.
 
     Returns (count, sums, squares) over the first episodes that could be
@@ -217,7 +218,7 @@ def _first_episodes(env_name: str, env, policy):
     own_stats = agents == 1 and set(names) <= {"episode_return", "episode_length"}
     returns = np.zeros(instances)
     lengths = np.zeros(instances)
-    observations, _ = env.reset()
+    observations, _ = env.reset(seed=seed)
     env.episode_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):

@@ -67,8 +67,8 @@ def effective_parameters(config: dict) -> dict:
     """
     L = float(config["world_size"])
     r_comm = float(config["r_comm"])
-    t_confirm = int(config["t_confirm"])
-    m_deliver = int(config["m_deliver"])
+    t_confirm = t_confirm_min = int(config["t_confirm"])
+    m_deliver = m_deliver_max = int(config["m_deliver"])
     p_drop = float(config.get("p_comm_drop", 0.0))
     if int(config.get("randomise", 0)):
         r_comm = min(float(config.get("r_comm_min", r_comm)), float(config.get("r_comm_max", r_comm)))
@@ -76,8 +76,10 @@ def effective_parameters(config: dict) -> dict:
                      if int(config.get(f"t_confirm_choice_{k}", -1)) != -1]
         m_choices = [int(config[f"m_deliver_choice_{k}"]) for k in range(4)
                      if int(config.get(f"m_deliver_choice_{k}", -1)) != -1]
-        t_confirm = max(t_choices) if t_choices else t_confirm
-        m_deliver = min(m_choices) if m_choices else m_deliver
+        if t_choices:
+            t_confirm, t_confirm_min = max(t_choices), min(t_choices)
+        if m_choices:
+            m_deliver, m_deliver_max = min(m_choices), max(m_choices)
         p_drop = max(p_drop, float(config.get("p_comm_drop_max", p_drop)))
     base_x = float(config.get("base_x", -1.0))
     base_y = float(config.get("base_y", -1.0))
@@ -87,8 +89,10 @@ def effective_parameters(config: dict) -> dict:
         "r_comm": r_comm,
         "r_sense": float(config["r_sense"]),
         "r_confirm_radius": float(config["r_confirm_radius"]),
-        "t_confirm": t_confirm,
-        "m_deliver": m_deliver,
+        "t_confirm": t_confirm,            # the longest that can be drawn
+        "t_confirm_min": t_confirm_min,    # the shortest: a report may be out that early
+        "m_deliver": m_deliver,            # the shortest window
+        "m_deliver_max": m_deliver_max,    # the longest window
         "v_max": float(config["v_max"]) * float(config.get("dt", 1.0)),
         "p_comm_drop": p_drop,
         "victim_min_dist": float(config.get("victim_min_dist", 0.0)),
@@ -144,7 +148,10 @@ class ScriptedSwarm:
         self.num_envs = int(env.num_agents) // self.n
         self.L = p["world_size"]
         self.base = p["base"]
-        self.reach = p["v_max"] * max(p["m_deliver"] - self.delivery_margin, 0)
+        # A drone scans t_confirm + 1 steps, but the report may have been out since
+        # step t_confirm_min of them: the rest of the window is what the run home gets.
+        early = p["t_confirm"] + 1 - p["t_confirm_min"]
+        self.reach = p["v_max"] * max(p["m_deliver"] - early - self.delivery_margin + 1, 0)
         self.spacing = self.chain_spacing * p["r_comm"]
         self.confirm_steps = p["t_confirm"] + 1
         self.claim_separation = max(p["r_confirm_radius"] + 1.0, 2.0)
@@ -212,7 +219,7 @@ class ScriptedSwarm:
         # Carrying a report: delivered once connected; lost after the window.
         delivering = mode == DELIVER
         self.count[delivering] += 1
-        done = delivering & (connected | (self.count > p["m_deliver"] + 1))
+        done = delivering & (connected | (self.count > p["m_deliver_max"] + 1))
         self._enter(done, SEARCH)
 
         # Confirming: done after confirm_steps on the victim; abort when the
@@ -491,7 +498,8 @@ class VoronoiPolicy(ScriptedSwarm):
     def setup_plan(self) -> None:
         n, L, p = self.n, self.L, self.params
         spacing = max(0.8 * p["r_sense"], L / 64)
-        ticks = np.arange(spacing / 2, L, spacing)
+        margin = min(0.3 * p["r_sense"], L / 2)  # close to the walls: corners hold victims too
+        ticks = np.linspace(margin, L - margin, max(1, int(math.ceil((L - 2 * margin) / spacing)) + 1))
         grid = np.stack(np.meshgrid(ticks, ticks, indexing="xy"), -1).reshape(-1, 2)
         # only where victims can be (with a sensing margin)
         dist = np.sqrt(((grid - self.base) ** 2).sum(-1))
