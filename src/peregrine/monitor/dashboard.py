@@ -133,9 +133,13 @@ def render(snapshot: Snapshot):
             split.add_row(name, "-", "")
 
     env_stats = _table("Env stats")
-    for name, stat in record.env_stats.items():
+    # Return and length are already under Episodes; show them here only if
+    # the trainer sent a value for them that the Episodes panel lacks.
+    shown = {name: stat for name, stat in record.env_stats.items()
+             if not (name in ("episode_return", "episode_length") and stat != stat)}
+    for name, stat in shown.items():
         env_stats.add_row(name, number(stat), "")
-    if not record.env_stats:
+    if not shown:
         env_stats.add_row("(none)", "", "")
 
     grid = Table.grid(padding=(0, 4))
