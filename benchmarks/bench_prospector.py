@@ -1,0 +1,86 @@
+"""Prospector: env throughput (1 and 2 threads) and the baseline policies' returns.
+
+    .venv/bin/python benchmarks/bench_prospector.py [--num-envs 8192] [--seconds 3]
+                                                    [--episodes 256] [--seed 0]
+
+Throughput is `peregrine bench`'s loop (random actions pre-generated, one C
+call per step) with two additions for a shared machine: CPU seconds are read
+beside wall seconds, so "steps per CPU-second" does not depend on how busy
+the other cores are, and CartPole is measured in the same run as a
+reference point. Baselines: `scripted.evaluate` plays the first episode of
+`--episodes` instances (seed `--seed`) with the masked-random policy and the
+scripted trader.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import time
+
+import numpy as np
+
+import peregrine
+from peregrine.envs.bench import action_pool
+from peregrine.envs.prospector.scripted import evaluate_random, evaluate_scripted
+
+
+def throughput(name: str, num_envs: int, threads: int, seconds: float) -> dict:
+    env = peregrine.make(name, num_envs=num_envs, seed=0, num_threads=threads)
+    try:
+        actions = action_pool(env, 16)
+        for batch in actions:  # warm-up
+            env.step(batch)
+        steps, wall0, cpu0 = 0, time.perf_counter(), time.process_time()
+        while time.perf_counter() - wall0 < seconds:
+            for batch in actions:
+                env.step(batch)
+            steps += len(actions)
+        wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    finally:
+        env.close()
+    total = steps * num_envs
+    return {"env": name, "threads": threads, "num_envs": num_envs,
+            "env_steps_per_sec": total / wall, "env_steps_per_cpu_sec": total / cpu,
+            "cpu_ns_per_step": 1e9 * cpu / total, "cpus_busy": cpu / wall}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, default=8192)
+    parser.add_argument("--seconds", type=float, default=3.0)
+    parser.add_argument("--episodes", type=int, default=256)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
+          f"load average {os.getloadavg()[0]:.1f} (shared machine)")
+    rows = [throughput("cartpole", args.num_envs, 1, args.seconds)]
+    for threads in (1, 2):
+        rows.append(throughput("prospector", args.num_envs, threads, args.seconds))
+    for row in rows:
+        print(f"{row['env']:>10} {row['threads']} thread(s) {row['num_envs']} envs: "
+              f"{row['env_steps_per_sec']:>13,.0f} env steps/s wall, "
+              f"{row['env_steps_per_cpu_sec']:>13,.0f} per CPU-second "
+              f"({row['cpu_ns_per_step']:.0f} ns CPU/step, {row['cpus_busy']:.2f} CPUs busy)")
+    cartpole = rows[0]["env_steps_per_cpu_sec"]
+    print(f"prospector/cartpole per CPU-second (1 thread): "
+          f"{rows[1]['env_steps_per_cpu_sec'] / cartpole:.3f}")
+
+    baselines = {"random": evaluate_random(args.episodes, args.seed),
+                 "scripted": evaluate_scripted(args.episodes, args.seed)}
+    for name, result in baselines.items():
+        stats = result["env_stats"]
+        print(f"{name:>9}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
+              f"over {result['episodes']} first episodes (seed {args.seed}); length "
+              f"{result['length_mean']:.0f}, credits {result['credits_mean']:.0f}, destroyed "
+              f"{result['destroyed_rate']:.1%}, out of fuel {result['out_of_fuel_rate']:.1%}; "
+              f"ore sold {stats['ore_sold']:.1f}, invalid actions {stats['invalid_actions']:.1f}")
+    if args.json:
+        print(json.dumps({"throughput": rows, "baselines": baselines}))
+
+
+if __name__ == "__main__":
+    main()
