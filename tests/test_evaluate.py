@@ -1,0 +1,177 @@
+"""evaluate(), `peregrine eval` and `peregrine render`: counts, output formats, clear errors."""
+import json
+
+import numpy as np
+import pytest
+
+from peregrine.cli import main
+from peregrine.envs.drone_swarm import STAT_NAMES
+from peregrine.evaluate import evaluate, scripted_policy_names
+
+
+@pytest.mark.parametrize("episodes,num_envs", [(5, None), (5, 2), (3, 8)])
+def test_evaluate_counts_exactly_the_requested_episodes(episodes, num_envs):
+    result = evaluate("drone_swarm", "lawnmower", episodes=episodes, seed=0, num_envs=num_envs)
+    assert result["episodes"] == episodes
+    assert set(result["mean"]) == set(STAT_NAMES) == set(result["std"])
+    assert all(np.isfinite(v) for v in result["mean"].values())
+    assert all(v >= 0 for v in result["std"].values())
+
+
+def test_evaluate_is_deterministic_and_seed_dependent():
+    a = evaluate("drone_swarm", "voronoi", episodes=4, seed=11)
+    b = evaluate("drone_swarm", "voronoi", episodes=4, seed=11)
+    c = evaluate("drone_swarm", "voronoi", episodes=4, seed=12)
+    assert a == b
+    assert a["mean"] != c["mean"]
+
+
+def _cartpole_mixed(observations):
+    """Instance 0 always pushes right (falls in ~10 steps); the others balance."""
+    theta, theta_dot = observations[:, 2], observations[:, 3]
+    actions = (theta + 0.5 * theta_dot > 0).astype(np.int32)
+    actions[0] = 1
+    return actions
+
+
+def test_only_each_instances_first_episode_counts():
+    import peregrine
+    env = peregrine.make("cartpole", num_envs=3, seed=5)
+    observations = env.observations
+    first_length = np.zeros(3)
+    for step in range(1, 501):
+        observations, _, terminals, truncations, _ = env.step(_cartpole_mixed(observations))
+        first_length[(terminals | truncations) & (first_length == 0)] = step
+    env.close()
+    assert first_length[0] < 50 and first_length.min() > 0  # instance 0 ended many times
+    result = evaluate("cartpole", _cartpole_mixed, episodes=3, seed=5)
+    assert result["episodes"] == 3
+    assert result["mean"]["episode_length"] == pytest.approx(first_length.mean())
+
+
+def test_rounds_combine_exactly():
+    def push_right(observations):
+        return np.ones(observations.shape[0], np.int32)
+
+    singles = [evaluate("cartpole", push_right, episodes=1, seed=s)["mean"]["episode_length"]
+               for s in (0, 1_000_003, 2_000_006)]
+    combined = evaluate("cartpole", push_right, episodes=3, seed=0, num_envs=1)
+    assert len(set(singles)) > 1
+    assert combined["mean"]["episode_length"] == pytest.approx(np.mean(singles))
+    assert combined["std"]["episode_length"] == pytest.approx(np.std(singles))
+
+
+def test_generic_random_policy_works_for_other_envs():
+    assert scripted_policy_names("cartpole") == ["random"]
+    assert scripted_policy_names("drone_swarm") == ["lawnmower", "random", "voronoi"]
+    result = evaluate("cartpole", "random", episodes=50, seed=0)
+    assert result["episodes"] == 50
+    # uniform random CartPole lasts about 22 steps on average
+    assert 12 < result["mean"]["episode_length"] < 35
+
+
+def test_evaluate_accepts_a_policy_object():
+    calls = []
+
+    def hover(observations):
+        calls.append(observations.shape)
+        return np.zeros((observations.shape[0], 3), np.float32)
+
+    result = evaluate("drone_swarm", hover, episodes=2, seed=0, max_steps=30)
+    assert result["episodes"] == 2 and result["mean"]["delivered"] == 0.0
+    assert result["mean"]["episode_length"] == 30.0 and calls
+
+
+@pytest.mark.parametrize("bad,match", [("spiral", "lawnmower"), ("no/such/checkpoint.pt", "no checkpoint")])
+def test_bad_policy_is_refused_clearly(bad, match):
+    with pytest.raises(ValueError, match=match):
+        evaluate("drone_swarm", bad, episodes=1)
+
+
+def test_bad_checkpoint_file_is_refused_clearly(tmp_path):
+    path = tmp_path / "broken.pt"
+    path.write_bytes(b"not a checkpoint at all")
+    pytest.importorskip("torch")
+    with pytest.raises(ValueError, match="broken.pt"):
+        evaluate("drone_swarm", str(path), episodes=1)
+
+
+def test_bad_arguments_are_refused():
+    with pytest.raises(ValueError, match="episodes"):
+        evaluate("drone_swarm", "random", episodes=0)
+    with pytest.raises(ValueError, match="unknown env"):
+        evaluate("no_such_env", "random", episodes=1)
+    with pytest.raises(ValueError, match="preset"):
+        evaluate("drone_swarm", "random", episodes=1, preset="nope")
+
+
+def test_checkpoint_policy_is_evaluated(tmp_path):
+    pytest.importorskip("torch")
+    from dataclasses import asdict
+
+    import peregrine
+    from peregrine.train.checkpoint import save
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy, describe_space
+
+    env = peregrine.make("drone_swarm", num_envs=1, seed=0)
+    policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
+    path = tmp_path / "untrained.pt"
+    save(path, {"policy": policy.state_dict(), "config": {"policy": asdict(PolicyConfig())},
+                "observation_space": describe_space(env.single_observation_space),
+                "action_space": describe_space(env.single_action_space), "env_name": "drone_swarm"})
+    env.close()
+    result = evaluate("drone_swarm", str(path), episodes=2, seed=0, max_steps=20)
+    assert result["episodes"] == 2 and result["mean"]["episode_length"] == 20.0
+
+
+def test_eval_cli_json_parses(capsys):
+    assert main(["eval", "drone_swarm", "--policy", "voronoi", "--episodes", "3", "--seed", "2",
+                 "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 3 and result["policy"] == "voronoi"
+    assert set(result["mean"]) == set(STAT_NAMES)
+
+
+def test_eval_cli_prints_mean_and_std(capsys):
+    assert main(["eval", "cartpole", "--episodes", "4"]) == 0
+    out = capsys.readouterr().out
+    assert "episode_return" in out and "±" in out
+
+
+def test_eval_cli_bad_policy_is_a_clean_error(capsys):
+    assert main(["eval", "drone_swarm", "--policy", "spiral", "--episodes", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "spiral" in err and "voronoi" in err and "Traceback" not in err
+
+
+def test_render_writes_a_multi_frame_gif(tmp_path, capsys):
+    from PIL import Image
+    out = tmp_path / "swarm.gif"
+    assert main(["render", "drone_swarm", "--policy", "lawnmower", "--out", str(out),
+                 "--steps", "20", "--seed", "1"]) == 0
+    with Image.open(out) as gif:
+        assert gif.format == "GIF" and gif.n_frames > 1 and gif.size == (200, 200)
+        gif.seek(gif.n_frames - 1)
+        colours = {c for _, c in gif.convert("RGB").getcolors(4096)}
+    assert (40, 90, 220) in colours or (215, 40, 40) in colours  # victims are drawn
+
+
+def test_render_full_episode_ends_with_a_summary_frame(tmp_path):
+    import peregrine
+    from peregrine.envs.drone_swarm.baselines import make_policy
+    from peregrine.envs.drone_swarm.render import render_episode
+    env = peregrine.make("drone_swarm", num_envs=1, seed=4)
+    policy = make_policy("voronoi")
+    policy.reset(env)
+    result = render_episode(env, policy, tmp_path / "ep.gif", every=4, size=96)
+    env.close()
+    assert result["steps"] < 800 and result["delivered"] == 10
+    assert result["frames"] == 2 + (result["steps"] - 1) // 4
+
+
+def test_render_errors_are_clean(tmp_path, capsys):
+    assert main(["render", "cartpole", "--out", str(tmp_path / "x.gif")]) == 2
+    assert "no renderer" in capsys.readouterr().err
+    assert main(["render", "drone_swarm", "--policy", "spiral", "--out", str(tmp_path / "x.gif")]) == 2
+    assert "spiral" in capsys.readouterr().err
