@@ -152,22 +152,26 @@ class GymnasiumEmulation(_Unit):
         return self.observations, {}
 
     def step(self, actions):
-        self._take_actions(actions)
+        if actions is not self.actions:
+            self._take_actions(actions)
         observation, reward, terminated, truncated, _info = self.env.step(
             self._to_env(self.actions[0]))
-        terminated = bool(terminated)
-        truncated = bool(truncated) and not terminated
-        self.rewards[0] = reward
-        self.terminals[0] = terminated
-        self.truncations[0] = truncated
-        self._episode_return += float(reward)
-        self._episode_length += 1
+        buffers = self.buffers
         if terminated or truncated:
-            self._write(observation, self.final_observations[0])
-            self._stats.record(self._episode_return, float(self._episode_length))
+            terminated = bool(terminated)
+            truncated = not terminated
+            self._write(observation, buffers.final_observations[0])
+            self._stats.record(self._episode_return + float(reward),
+                               float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
             observation, _info = self.env.reset()
-        self._write(observation, self.observations[0])
+        else:
+            self._episode_return += float(reward)
+            self._episode_length += 1
+        buffers.rewards[0] = reward
+        buffers.terminals[0] = terminated
+        buffers.truncations[0] = truncated
+        self._write(observation, buffers.observations[0])
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def close(self):
@@ -179,11 +183,13 @@ class GymnasiumEmulation(_Unit):
 class PettingZooEmulation(_Unit):
     """One PettingZoo ParallelEnv as a batch of one row per possible agent.
 
-    `masks[row]` is True when that agent acted in the last step (or is present
-    after a reset): its reward and flags are meaningful. An agent that ends
-    mid-episode reports its terminal/truncation once, with its last
-    observation in `final_observations`, then stays masked until the episode
-    restarts. When no agent is left, the episode is recorded
+    `masks[row]` is True when the env returned an observation for that agent
+    in the last step (or reset): the row's observation, reward and flags are
+    meaningful. An agent that ends mid-episode reports its terminal/truncation
+    once (with its last observation, also in `final_observations`), then its
+    row stays masked until an episode includes it again; agents that join
+    mid-episode unmask when they first appear. Actions of masked rows are
+    ignored. When no agent is left, the episode is recorded
     (`episode_return` = mean over agents of their summed rewards,
     `episode_length` = env steps) and the env resets in the same step; rows
     still live without a flag at that moment are marked truncated.
@@ -216,7 +222,6 @@ class PettingZooEmulation(_Unit):
         self.observations[:] = 0
         for agent, observation in observations.items():
             self.flat_observation.write(observation, self.observations[self._row[agent]])
-        self._live = [agent for agent in self.possible_agents if agent in observations]
         self._returns[:] = 0.0
         self._took_part[:] = False
         self._episode_length = 0
@@ -227,50 +232,49 @@ class PettingZooEmulation(_Unit):
         self._clear_step_outputs()
         self._start_episode(observations)
         self.masks[:] = False
-        for agent in self._live:
+        for agent in observations:
             self.masks[self._row[agent]] = True
         return self.observations, {}
 
     def step(self, actions):
-        self._take_actions(actions)
-        acting = [agent for agent in self.env.agents]
+        if actions is not self.actions:
+            self._take_actions(actions)
+        acting = list(self.env.agents)
         action_dict = {agent: self.flat_action.to_env(self.actions[self._row[agent]])
                        for agent in acting}
         observations, rewards, terminations, truncations, _infos = self.env.step(action_dict)
         self._clear_step_outputs()
         self.masks[:] = False
-        for agent in acting:
-            row = self._row[agent]
+        row_of = self._row
+        for agent, observation in observations.items():
+            row = row_of[agent]
+            self.flat_observation.write(observation, self.observations[row])
             self.masks[row] = True
-            self._took_part[row] = True
-            reward = float(rewards.get(agent, 0.0))
+        for agent, reward in rewards.items():
+            row = row_of[agent]
             self.rewards[row] = reward
-            self._returns[row] += reward
-            terminated = bool(terminations.get(agent, False))
-            self.terminals[row] = terminated
-            self.truncations[row] = bool(truncations.get(agent, False)) and not terminated
+            self._returns[row] += float(reward)
+            self._took_part[row] = True
+        for agent, terminated in terminations.items():
+            self.terminals[row_of[agent]] = bool(terminated)
+        for agent, truncated in truncations.items():
+            row = row_of[agent]
+            self.truncations[row] = bool(truncated) and not self.terminals[row]
         self._episode_length += 1
         episode_over = not self.env.agents
         if episode_over:  # rows still live without a flag were cut short
-            for agent in acting:
-                row = self._row[agent]
-                if not (self.terminals[row] or self.truncations[row]):
+            for agent in set(acting) | set(observations):
+                row = row_of[agent]
+                if not self.terminals[row]:
                     self.truncations[row] = True
-        for agent in acting:
-            if agent not in observations:
-                continue
-            row = self._row[agent]
-            self.flat_observation.write(observations[agent], self.observations[row])
-            if self.terminals[row] or self.truncations[row]:
-                self.final_observations[row] = self.observations[row]
+        ended = self.terminals | self.truncations
+        self.final_observations[ended] = self.observations[ended]
         if episode_over:
             returns = self._returns[self._took_part]
             self._stats.record(float(returns.mean()) if returns.size else 0.0,
                                float(self._episode_length))
             observations, _infos = self.env.reset()
             self._start_episode(observations)
-        else:
-            self._live = list(self.env.agents)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def close(self):

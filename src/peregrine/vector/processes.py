@@ -51,11 +51,15 @@ from .recipe import EnvRecipe
 
 DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
 _LINE = 64
-_SPIN_SECONDS = 50e-6      # busy-wait this long first
-_YIELD_SECONDS = 1e-3      # then sched_yield this long
-_MAX_SLEEP = 1e-3          # then sleep, doubling up to this
-_LIVENESS_PERIOD = 0.05    # parent: check worker processes this often while waiting
-_PARENT_CHECK_PERIOD = 0.5  # worker: check the parent this often while sleeping
+# Spin windows. Measured on a shared, oversubscribed 2-core machine: spinning
+# longer than a few tens of microseconds only steals CPU from whoever holds the
+# result (200 us windows made a step 5-10x slower than sleeping at once), while
+# a semaphore wake-up costs ~10-30 us. The parent spins only when every worker
+# and the parent can have a core of their own.
+_WORKER_SPIN_SECONDS = 50e-6   # worker: busy-wait this long for the next command
+_PARENT_SPIN_SECONDS = 10e-6   # parent: busy-wait this long for results (if cores allow)
+_LIVENESS_PERIOD = 0.05        # parent: check worker processes this often while waiting
+_PARENT_CHECK_PERIOD = 0.5     # worker: check the parent this often while sleeping
 _MAX_TRACEBACK = 32_000
 
 
@@ -89,36 +93,16 @@ def _flag(buf, offset):
     return buf[offset:offset + 4].cast("i")
 
 
-class _Backoff:
-    """Spin, then yield, then sleep with exponential back-off."""
-
-    __slots__ = ("start", "delay")
-
-    def __init__(self):
-        self.start = time.perf_counter()
-        self.delay = 1e-5
-
-    def pause(self):
-        elapsed = time.perf_counter() - self.start
-        if elapsed < _SPIN_SECONDS:
-            return
-        if elapsed < _YIELD_SECONDS:
-            os.sched_yield()
-            return
-        time.sleep(self.delay)
-        self.delay = min(self.delay * 2, _MAX_SLEEP)
-
-
 # ---- the worker --------------------------------------------------------------
 
 def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes, worker,
                  envs_per_worker, envs_per_unit, agents_per_env, rows_per_worker, seed,
-                 conn, parent_pid):
+                 conn, wake, done, parent_pid, spin_seconds=_WORKER_SPIN_SECONDS):
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
     shm = shared_memory.SharedMemory(name=shm_name)
     flag = _flag(shm.buf, flags_offset + worker * _LINE)
     shutdown = _flag(shm.buf, shutdown_offset)
-    block = None
+    block = views = rows = None
     try:
         views = _views(shm.buf, offsets)
         rows = {name: array[worker * rows_per_worker:(worker + 1) * rows_per_worker]
@@ -129,25 +113,34 @@ def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes,
             block = recipe.build_block(worker, envs_per_worker, envs_per_unit, agents_per_env,
                                        rows, seed)
         except BaseException:
-            _report(conn, flag)
+            _report(conn, flag, done)
             return
         flag[0] = DONE
+        done.release()
+        step = block.step
         while True:
-            command = _wait_for_command(flag, shutdown, parent_pid)
-            if command is None:
-                return
-            try:
-                if command == STEP:
-                    block.step()
-                else:
+            command = _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds)
+            if command == STEP:
+                try:
+                    step()
+                    flag[0] = DONE
+                except Exception:
+                    _report(conn, flag, done)
+                    continue
+            elif command == MESSAGE:
+                try:
                     conn.send(("ok", _handle(block, conn.recv())))
-                flag[0] = DONE
-            except Exception:
-                _report(conn, flag)
+                    flag[0] = DONE
+                except Exception:
+                    _report(conn, flag, done)
+                    continue
+            else:
+                return
+            done.release()
     finally:
         if block is not None:
             block.close()
-        views = rows = None
+        block = views = rows = None
         flag.release()
         shutdown.release()
         try:
@@ -156,7 +149,30 @@ def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes,
             pass
 
 
-def _report(conn, flag):
+def _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds):
+    """Busy-waits a little for STEP/MESSAGE, then sleeps on the wake semaphore;
+    None when it is time to exit (shutdown, or the parent is gone)."""
+    command = flag[0]
+    if command == STEP or command == MESSAGE:
+        return command
+    spin_until = time.perf_counter() + spin_seconds
+    while True:
+        command = flag[0]
+        if command == STEP or command == MESSAGE:
+            break
+        if shutdown[0]:
+            return None
+        if time.perf_counter() > spin_until:
+            # A token means "look again": stale ones (commands caught while
+            # spinning) only cost one extra look.
+            if not wake.acquire(timeout=_PARENT_CHECK_PERIOD) and os.getppid() != parent_pid:
+                return None  # the parent is gone: nobody will ever send work
+    while wake.acquire(False):  # drop tokens of commands already seen
+        pass
+    return command
+
+
+def _report(conn, flag, done):
     text = traceback.format_exc()
     if len(text) > _MAX_TRACEBACK:
         text = text[:2000] + "\n...\n" + text[-(_MAX_TRACEBACK - 2000):]
@@ -164,6 +180,7 @@ def _report(conn, flag):
         conn.send(("error", text))
     finally:
         flag[0] = ERROR
+        done.release()
 
 
 def _handle(block, message):
@@ -178,24 +195,6 @@ def _handle(block, message):
     raise ValueError(f"unknown message {kind!r}")
 
 
-def _wait_for_command(flag, shutdown, parent_pid):
-    backoff = _Backoff()
-    next_parent_check = 0.0
-    while True:
-        if shutdown[0]:
-            return None
-        command = flag[0]
-        if command == STEP or command == MESSAGE:
-            return command
-        backoff.pause()
-        if backoff.delay >= _MAX_SLEEP:
-            now = time.perf_counter()
-            if now >= next_parent_check:
-                if os.getppid() != parent_pid:
-                    return None  # the parent is gone: nobody will ever send work
-                next_parent_check = now + _PARENT_CHECK_PERIOD
-
-
 # ---- the parent ----------------------------------------------------------------
 
 class _Resources:
@@ -205,6 +204,7 @@ class _Resources:
         self.processes, self.connections = [], []
         self.shm = None
         self.flags, self.shutdown = [], None
+        self.wakes = []
 
     def close(self):
         if self.shutdown is not None:
@@ -212,6 +212,9 @@ class _Resources:
                 self.shutdown[0] = 1
             except ValueError:
                 pass
+        for wake in self.wakes:
+            wake.release()
+        self.wakes = []
         deadline = time.monotonic() + 2.0
         for process in self.processes:
             process.join(max(0.0, deadline - time.monotonic()))
@@ -261,6 +264,7 @@ class Multiprocessing(VectorBase):
             raise ValueError(f"num_workers ({num_workers}) is more than the {cores} available "
                              "cores; workers would fight for CPU. Pass overwork=True to "
                              "allow it anyway")
+        self._parent_spin = _PARENT_SPIN_SECONDS if num_workers < cores else 0.0
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.close)
         facts = recipe.probe()
@@ -275,8 +279,7 @@ class Multiprocessing(VectorBase):
         self._flags = resources.flags
         for flag in self._flags:
             flag[0] = STARTING
-        self._connections = []
-        self._processes = []
+        self._connections, self._processes, self._wakes = [], [], []
         self._pending_reply = [False] * self.num_workers
         self._inflight = []      # workers sent work whose result was not yet seen
         self._ready = []         # finished workers not yet returned by recv, in finish order
@@ -287,6 +290,7 @@ class Multiprocessing(VectorBase):
         import cloudpickle
         recipe_bytes = cloudpickle.dumps(recipe)
         context = get_context(start_method)
+        self._done = context.Semaphore(0)  # one token per finished command, any worker
         try:
             self._start_workers(context, offsets, flags_offset, shutdown_offset, recipe_bytes,
                                 seed)
@@ -304,12 +308,15 @@ class Multiprocessing(VectorBase):
         try:
             for worker in range(self.num_workers):
                 parent_conn, child_conn = context.Pipe()
+                wake = context.Semaphore(0)
+                self._wakes.append(wake)
+                self._resources.wakes.append(wake)
                 process = context.Process(
                     target=_worker_main, daemon=True, name=f"peregrine-worker-{worker}",
                     args=(self._resources.shm.name, offsets, flags_offset, shutdown_offset,
                           recipe_bytes, worker, self.envs_per_worker, self.envs_per_unit,
                           self.agents_per_env, self.rows_per_worker, seed, child_conn,
-                          os.getpid()))
+                          wake, self._done, os.getpid(), _WORKER_SPIN_SECONDS))
                 process.start()
                 child_conn.close()
                 self._connections.append(parent_conn)
@@ -347,9 +354,9 @@ class Multiprocessing(VectorBase):
         count = len(workers) if count is None else count
         pending = list(workers)
         finished, errors = [], []
-        flags = self._flags
-        backoff = _Backoff()
-        next_check = time.perf_counter() + _LIVENESS_PERIOD
+        flags, done = self._flags, self._done
+        spin_until = time.perf_counter() + self._parent_spin
+        next_check = 0.0
         while len(finished) < count or (errors and pending):
             progressed = False
             for worker in pending:
@@ -365,11 +372,17 @@ class Multiprocessing(VectorBase):
                 if errors and len(finished) + len(errors) >= len(workers):
                     break
                 continue
-            backoff.pause()
             now = time.perf_counter()
+            if now < spin_until:
+                continue
             if now > next_check:
                 self._check_alive()
                 next_check = now + _LIVENESS_PERIOD
+            # Sleep until some worker finishes something (a token may be stale:
+            # then this is one extra look at the flags).
+            done.acquire(timeout=_LIVENESS_PERIOD)
+        while done.acquire(False):  # drop tokens of results already seen
+            pass
         for worker in finished:
             if self._pending_reply[worker]:
                 self._pending_reply[worker] = False
@@ -394,6 +407,7 @@ class Multiprocessing(VectorBase):
             self._connections[worker].send(message)
             self._pending_reply[worker] = True
             self._flags[worker][0] = MESSAGE
+            self._wakes[worker].release()
         self._wait(list(range(self.num_workers)))
         return [self._replies[w] for w in range(self.num_workers)]
 
@@ -417,9 +431,9 @@ class Multiprocessing(VectorBase):
         if actions is not self.actions:
             self._check_actions(actions, self.num_agents)
             self.actions[...] = actions
-        flags = self._flags
-        for flag in flags:
+        for flag, wake in zip(self._flags, self._wakes):
             flag[0] = STEP
+            wake.release()
         self._wait(range(self.num_workers))
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
@@ -446,6 +460,7 @@ class Multiprocessing(VectorBase):
             self.actions[self._rows(batch)] = actions
         for worker in batch:
             self._flags[worker][0] = STEP
+            self._wakes[worker].release()
         self._inflight.extend(batch)
 
     def recv(self):
@@ -509,6 +524,7 @@ class Multiprocessing(VectorBase):
         self._pending_reply[worker] = True
         self._replies = {}
         self._flags[worker][0] = MESSAGE
+        self._wakes[worker].release()
         self._wait([worker])
 
     @property

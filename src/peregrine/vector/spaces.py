@@ -80,11 +80,13 @@ class FlatObservation:
             low, high = np.clip(low, -big, big), np.clip(high, -big, big)
         self.space = spaces.Box(low.astype(dtype), high.astype(dtype), (offset,), dtype)
         self._simple = len(self.fields) == 1 and self.fields[0][0] == ()
+        self._flat_leaf = (self._simple and isinstance(all_leaves[0][1], spaces.Box)
+                           and len(all_leaves[0][1].shape) == 1)
 
     def write(self, value, row: np.ndarray) -> None:
         """Writes one observation into the 1-D row (casts; no allocation for Box leaves)."""
         if self._simple:
-            row[:] = np.ravel(value)
+            row[...] = value if self._flat_leaf else np.ravel(value)
             return
         for path, offset, size in self.fields:
             row[offset:offset + size] = np.ravel(_get(value, path))
@@ -149,6 +151,8 @@ class FlatAction:
             self.space = spaces.MultiDiscrete(np.concatenate(nvec).astype(np.int64),
                                               dtype=np.int32)
         self._starts = [_leaf_bounds(leaf)[1] for _, leaf in all_leaves]
+        self._discrete_start = (int(space.start) if self._simple and
+                                isinstance(space, spaces.Discrete) else None)
 
     def _leaf_value(self, leaf, start, values):
         if isinstance(leaf, spaces.Box):
@@ -163,8 +167,8 @@ class FlatAction:
 
     def to_env(self, row):
         """The env action for one flat action row (a scalar for Discrete)."""
-        if self._simple and isinstance(self.source_space, spaces.Discrete):
-            return int(row) + int(self.source_space.start)
+        if self._discrete_start is not None:
+            return int(row) + self._discrete_start
         row = np.atleast_1d(row)
         if self._simple:
             return self._leaf_value(self.source_space, self._starts[0], row)
