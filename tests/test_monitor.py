@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import signal
 import struct
 import subprocess
 import sys
@@ -295,11 +296,13 @@ def test_live_mode_exits_when_the_run_finishes_and_ctrl_c_only_detaches(tmp_path
         wait_for_records(run_dir, 3)
         viewer = subprocess.Popen([sys.executable, "-m", "peregrine.cli", "monitor", str(run_dir),
                                    "--interval", "0.1"], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, text=True)
-        time.sleep(1.5)
-        viewer.send_signal(2)
-        out, _ = viewer.communicate(timeout=15)
-        assert viewer.returncode == 0 and "detached" in out
+                                  stderr=subprocess.PIPE, text=True)
+        assert "attached to" in viewer.stderr.readline()   # the view is up
+        time.sleep(0.5)
+        viewer.send_signal(signal.SIGINT)
+        out, err = viewer.communicate(timeout=15)
+        assert viewer.returncode == 0 and "detached" in out + err
+        assert "RUNNING" in out                             # the last frame it drew
         with MetricsReader(run_dir) as reader:
             before = reader.count
             time.sleep(0.3)

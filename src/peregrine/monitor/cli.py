@@ -120,6 +120,8 @@ def live(run_dir: Path, args) -> int:
     reader = _open_when_ready(run_dir, args.wait)
     console = Console()
     try:
+        print(f"peregrine monitor: attached to {run_dir} (Ctrl-C detaches; training is unaffected)",
+              file=sys.stderr, flush=True)
         with Live(render(Snapshot.take(reader, stale_after=args.stale_after)), console=console,
                   refresh_per_second=max(1.0, 1.0 / max(args.interval, 0.05)), screen=False) as view:
             while True:
@@ -165,6 +167,9 @@ def run(args) -> int:
     except MetricsFileError as error:
         print(f"peregrine monitor: {error}", file=sys.stderr)
         return EXIT_BAD_RUN
+    except KeyboardInterrupt:  # e.g. while waiting for the run to start
+        print("peregrine monitor: detached", file=sys.stderr)
+        return EXIT_OK
 
 
 if __name__ == "__main__":
