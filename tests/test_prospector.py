@@ -67,7 +67,7 @@ PARITY_CONFIGS = [
     # a busy belt: small world, short respawns, strong storms and market, short episodes
     (dict(world_size=30, respawn_delay=3, storm_damage=5, storm_speed=2, price_volatility=0.5,
           price_reversion=0.3, sale_impact=0.2, max_steps=150, start_credits=2000,
-          upgrade_cost=100, ore_min=0.5, ore_max=3), 800),
+          upgrade_cost=100, ore_min=0.5, ore_max=3, cargo_shaping=1.0), 800),
 ]
 
 
@@ -224,6 +224,17 @@ def test_mining_depletes_an_asteroid_which_respawns_later():
     respawned = env.get_state(0)
     assert respawned[I["asteroid_0_timer"]] == 0 and respawned[I["asteroid_0_scanned"]] == 0
     assert respawned[I["asteroid_0_ore"]] >= env.config["ore_min"]
+
+
+def test_cargo_shaping_pays_the_base_value_when_mining_and_is_off_by_default():
+    rock = dict(asteroid_0_x=51.0, asteroid_0_y=51.0, asteroid_0_ore=10.0, asteroid_0_type=3,
+                asteroid_0_scanned=1)
+    for shaping, expected in ((0.0, 0.0), (1.0, 1.0 * 32 * 0.01)):  # 1 unit of platinum
+        env = make(1, seed=0, cargo_shaping=shaping, reward_scale=0.01)
+        env.set_state(0, flying_state(env, **rock))
+        _, reward, *_ = step_one(env, MINE + 0)
+        assert reward == pytest.approx(expected, abs=1e-7)
+    assert Prospector.default_config()["cargo_shaping"] == 0
 
 
 def test_mining_needs_a_scan_range_and_hold_space():

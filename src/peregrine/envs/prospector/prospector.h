@@ -123,7 +123,8 @@
     X(fuel_price, 1, 0, 1e6, 0)                \
     X(repair_price, 2, 0, 1e6, 0)              \
     X(reward_scale, 0.01, 0, 1e3, 0)           \
-    X(death_penalty, 1, 0, 1e6, 0)
+    X(death_penalty, 1, 0, 1e6, 0)              \
+    X(cargo_shaping, 0, 0, 10, 0)
 
 #define ENV_STATS(X)                                                                   \
     X(episode_return) X(episode_length) X(ore_mined) X(ore_sold) X(credits) X(destroyed) \
@@ -176,6 +177,7 @@ struct Env {
     float storm_radius_max, storm_speed, hold_base, hold_step, drill_base, drill_step;
     float shield_step, upgrade_cost, ore_min, ore_max, station_spread, price_reversion;
     float price_volatility, sale_impact, fuel_price, repair_price, reward_scale, death_penalty;
+    float cargo_shaping;
     float ore_price[PR_ORES], price_lo[PR_ORES], price_hi[PR_ORES];
     /* observation scales (0 where the quantity they divide by is 0) */
     float inv_world, inv_max_speed, inv_fuel_capacity, inv_hull_max, inv_max_capacity;
@@ -243,6 +245,7 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->repair_price = (float)config[c++];
     env->reward_scale = (float)config[c++];
     env->death_penalty = (float)config[c++];
+    env->cargo_shaping = (float)config[c++];
 
     if (env->storm_radius_min > env->storm_radius_max) {
         snprintf(err, errlen, "config field 'storm_radius_min' = %g must be <= storm_radius_max = %g",
@@ -307,6 +310,12 @@ static inline float pr_shield_factor(const Env *env, const PrInstance *s) {
 
 static inline float pr_cargo_total(const PrInstance *s) {
     return ((s->cargo[0] + s->cargo[1]) + s->cargo[2]) + s->cargo[3];
+}
+
+/* The hold at the ores' base prices: the potential of the optional shaping. */
+static inline float pr_hold_value(const Env *env, const PrInstance *s) {
+    return ((s->cargo[0] * env->ore_price[0] + s->cargo[1] * env->ore_price[1]) +
+            s->cargo[2] * env->ore_price[2]) + s->cargo[3] * env->ore_price[3];
 }
 
 static inline float pr_upgrade_price(const Env *env, int level) {
@@ -705,6 +714,7 @@ static inline void pr_move_storm(const Env *env, float *pos, float *vel) {
 static inline int prospector_step_one(Env *env, PrInstance *s, uint64_t *rng, int action,
                                        float *reward, uint8_t *terminal, uint8_t *truncation) {
     const float credits_before = s->credits;
+    const float hold_before = pr_hold_value(env, s);
 
     /* 1. the action: an invalid one is a no-op (the same as wait) */
     if (!pr_is_valid(s, action)) {
@@ -787,6 +797,10 @@ static inline int prospector_step_one(Env *env, PrInstance *s, uint64_t *rng, in
     const int is_terminal = destroyed | out_of_fuel;
     const int is_truncated = !is_terminal & (s->steps >= env->max_steps);
     float r = (s->credits - credits_before) * env->reward_scale;
+    /* optional potential-based shaping: the change in the hold's value at base
+     * prices (a terminal state's potential is 0, so dying loses the cargo) */
+    float hold_after = is_terminal ? 0.0f : pr_hold_value(env, s);
+    r = r + (env->cargo_shaping * env->reward_scale) * (hold_after - hold_before);
     if (is_terminal) r -= env->death_penalty;
     s->episode_return += r;
     *reward = r;

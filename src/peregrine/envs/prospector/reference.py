@@ -84,7 +84,7 @@ class Rules:
                      "hold_base", "hold_step", "drill_base", "drill_step", "shield_step",
                      "upgrade_cost", "ore_min", "ore_max", "station_spread", "price_reversion",
                      "price_volatility", "sale_impact", "fuel_price", "repair_price",
-                     "reward_scale", "death_penalty"):
+                     "reward_scale", "death_penalty", "cargo_shaping"):
             setattr(self, name, c[name])
         self.boost_accel = c["thrust_accel"] * c["boost_factor"]
         for name in ("scan_range", "wide_scan_range", "mine_range", "dock_range", "dock_speed",
@@ -147,6 +147,12 @@ class Game:
 
     def cargo_total(self):
         return ((self.cargo[0] + self.cargo[1]) + self.cargo[2]) + self.cargo[3]
+
+    def hold_value(self):
+        """The hold at the ores' base prices (the optional shaping's potential)."""
+        p = self.rules.ore_price
+        return ((self.cargo[0] * p[0] + self.cargo[1] * p[1]) + self.cargo[2] * p[2]) \
+            + self.cargo[3] * p[3]
 
     def upgrade_price(self, level):
         return self.rules.upgrade_cost * f32(level + 1)
@@ -439,7 +445,7 @@ class Game:
     def step(self, action: int):
         """Returns (reward, terminal, truncated); the caller observes/resets."""
         r = self.rules
-        credits_before = self.credits
+        credits_before, hold_before = self.credits, self.hold_value()
         # 1. the action; an invalid one is a no-op, the same as wait
         if not self.mask[action]:
             action = WAIT
@@ -506,6 +512,9 @@ class Game:
         terminal = destroyed or out_of_fuel
         truncated = not terminal and self.steps >= r.max_steps
         reward = (self.credits - credits_before) * r.reward_scale
+        # optional shaping: change in the hold's base value; a terminal state's is 0
+        hold_after = f32(0) if terminal else self.hold_value()
+        reward = reward + (r.cargo_shaping * r.reward_scale) * (hold_after - hold_before)
         if terminal:
             reward = reward - r.death_penalty
         self.episode_return += reward

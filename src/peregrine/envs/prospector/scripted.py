@@ -127,6 +127,36 @@ class ScriptedTrader:
         return np.where(valid, actions, WAIT).astype(np.int32)
 
 
+class MaskedRandom:
+    """`random_policy` as an object for peregrine.evaluate: (seed=...), reset(env)."""
+
+    def __init__(self, seed: int = 0):
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+
+    def reset(self, env) -> None:
+        self.rng = np.random.default_rng(self.seed)
+
+    def __call__(self, observations):
+        return random_policy(observations, self.rng)
+
+
+class Trader(ScriptedTrader):
+    """`ScriptedTrader` for peregrine.evaluate: built with (seed=...), bound to
+    the env's config by reset(env). Deterministic; the seed is unused."""
+
+    def __init__(self, seed: int = 0):
+        super().__init__()
+        self.seed = seed
+
+    def reset(self, env) -> None:
+        ScriptedTrader.__init__(self, **env.config)
+
+
+#: name -> class(seed=...) with reset(env): the scripted policies peregrine.evaluate can run
+POLICIES = {"random": MaskedRandom, "trader": Trader}
+
+
 def evaluate(policy, num_envs: int = 256, seed: int = 0, num_threads: int = 1, **config) -> dict:
     """Plays the first episode of each of `num_envs` instances (seed `seed`).
 
@@ -176,5 +206,5 @@ def evaluate_scripted(num_envs: int = 256, seed: int = 0, **config) -> dict:
     return evaluate(ScriptedTrader(**config), num_envs, seed, **config)
 
 
-__all__ = ["random_policy", "ScriptedTrader", "evaluate", "evaluate_random",
+__all__ = ["random_policy", "ScriptedTrader", "MaskedRandom", "Trader", "POLICIES", "evaluate", "evaluate_random",
            "evaluate_scripted", "NUM_ACTIONS", "WAIT"]
