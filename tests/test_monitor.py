@@ -134,6 +134,18 @@ def test_update_accepts_none_numpy_scalars_and_junk(tmp_path):
     assert math.isnan(record.env_stats["a"])
 
 
+def test_heartbeat_republishes_the_last_values_with_a_new_time(tmp_path):
+    with MetricsWriter(tmp_path / "run", []) as writer:
+        writer.update(global_step=42, sps=7.0)
+        with MetricsReader(tmp_path / "run") as reader:
+            before = reader.read()
+            time.sleep(0.01)
+            writer.heartbeat()
+            after = reader.read()
+    assert after["heartbeat"] > before["heartbeat"] and after["index"] == before["index"] + 1
+    assert after["global_step"] == 42 and after["sps"] == 7.0 and after.status == "running"
+
+
 def test_writer_refuses_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="ring_capacity"):
         MetricsWriter(tmp_path / "a", [], ring_capacity=0)

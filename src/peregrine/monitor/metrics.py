@@ -99,6 +99,7 @@ STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 FINAL_STATUSES = ("finished", "interrupted", "crashed")
 
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+_HEARTBEAT, _STATUS = _INDEX["heartbeat"], _INDEX["status"]
 _EMPTY: dict = {}
 
 
@@ -166,11 +167,15 @@ class MetricsWriter:
         # Build the whole file under a temporary name, then rename it into
         # place: a reader sees either no file or a complete header.
         temporary = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-        with open(temporary, "wb") as handle:
-            handle.write(header)
-            handle.truncate(size)
-        self._file = open(temporary, "r+b")
-        os.replace(temporary, self.path)
+        try:
+            with open(temporary, "wb") as handle:
+                handle.write(header)
+                handle.truncate(size)
+            self._file = open(temporary, "r+b")
+            os.replace(temporary, self.path)
+        except BaseException:
+            temporary.unlink(missing_ok=True)
+            raise
         self._map = mmap.mmap(self._file.fileno(), size)
         self._count = np.ndarray((1,), np.uint64, self._map, _COUNT_OFFSET)
         slots = np.ndarray((ring_capacity, self.record_size // 8), np.uint64, self._map, self.header_size)
@@ -198,6 +203,7 @@ class MetricsWriter:
         losses = losses or _EMPTY
         time_split = time_split or _EMPTY
         # One list, one NumPy assignment: cheaper than ~20 scalar stores.
+        # The order is FIELDS[1:] (index is set by _publish).
         row = [global_step, updates, sps, now - self.start_time if elapsed is None else elapsed,
                episodes, episode_return, episode_length,
                losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
@@ -216,7 +222,7 @@ class MetricsWriter:
     def heartbeat(self) -> None:
         """Republishes the last record with a fresh heartbeat (call during long phases)."""
         if not self.closed:
-            self._values[17] = time.time()
+            self._values[_HEARTBEAT] = time.time()
             self._publish()
 
     def _publish(self) -> None:
@@ -236,8 +242,8 @@ class MetricsWriter:
             return
         if status not in FINAL_STATUSES:
             raise ValueError(f"close status must be one of {list(FINAL_STATUSES)}, got {status!r}")
-        self._values[17] = time.time()
-        self._values[18] = STATUS_CODES[status]
+        self._values[_HEARTBEAT] = time.time()
+        self._values[_STATUS] = STATUS_CODES[status]
         self._publish()
         self.closed = True
         del self._count, self._sequences, self._slot_values
