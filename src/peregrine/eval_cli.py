@@ -1,7 +1,7 @@
 """`peregrine eval ENV --policy P --episodes N --seed S`: mean ± std of every statistic.
 
 P is a scripted policy name ("random" for every env; drone_swarm adds
-"lawnmower" and "voronoi") or a checkpoint path. See peregrine.evaluate for
+"lawnmower" and "voronoi", prospector "trader") or a checkpoint path. See peregrine.evaluate for
 how episodes are counted.
 """
 from __future__ import annotations
@@ -14,7 +14,8 @@ def add_arguments(parser):
     parser.add_argument("env", help="environment name (see `peregrine envs`)")
     parser.add_argument("--policy", default="random",
                         help="scripted policy name (random, or the env's own: drone_swarm has "
-                             "lawnmower, voronoi) or a checkpoint file / run directory")
+                             "lawnmower, voronoi; prospector has trader) or a checkpoint file / "
+                             "run directory")
     parser.add_argument("--episodes", type=int, default=64, help="complete episodes to run")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--preset", default="default", help="env preset (see `peregrine envs ENV`)")

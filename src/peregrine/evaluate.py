@@ -43,6 +43,7 @@ from .registry import list_envs, make
 #: env name -> module holding `POLICIES` (name -> class(seed=...)) of scripted policies
 SCRIPTED = {
     "drone_swarm": "peregrine.envs.drone_swarm.baselines",
+    "prospector": "peregrine.envs.prospector.scripted",
 }
 
 #: env name -> function(env) -> actions for instances whose counted episode is over
