@@ -295,29 +295,43 @@ class ScriptedSwarm:
         E, n, K = seen.shape
         if K == 0:
             return
-        claimed, targets = self._claimed_targets()
-        # distance of every detection to every claimed target of its instance
-        gap = victims[:, :, :, None, :] - targets[:, None, None, :, :]            # (E, n, K, n, 2)
-        gap = np.sqrt((gap * gap).sum(-1))
-        taken = (claimed[:, None, None, :] & (gap < self.claim_separation)).any(-1)
-        ignore_gap = victims[:, :, :, None, :] - self.ignore_pos[:, None, None, :, :]
-        ignore_gap = np.sqrt((ignore_gap * ignore_gap).sum(-1))
-        ignored = ((self.ignore_left > 0)[:, None, None, :] & (ignore_gap < self.claim_separation)).any(-1)
-        candidates = seen & ~taken & ~ignored & self.may_claim(pos, victims)
         searching = (self.mode == SEARCH) & live
-        candidates &= searching[..., None]
+        candidates = seen & searching[..., None]
         if not candidates.any():
             return
-        distance = np.sqrt(((victims - pos[:, :, None, :]) ** 2).sum(-1))
-        distance = np.where(candidates, distance, np.inf)
-        best = distance.argmin(-1)
-        wants = np.isfinite(distance.min(-1))
-        choice = np.take_along_axis(victims, best[..., None, None].repeat(2, -1), 2)[:, :, 0, :]
+        candidates &= self.may_claim(pos, victims)
+        # only the few detections of searching drones: (instance, drone, slot) triples
+        e, i, k = np.nonzero(candidates)
+        if e.size == 0:
+            return
+        points = victims[e, i, k]                                                  # (M, 2)
+        claimed, targets = self._claimed_targets()
+        gap = targets[e] - points[:, None, :]                                      # (M, n, 2)
+        taken = (claimed[e] & ((gap * gap).sum(-1) < self.claim_separation ** 2)).any(1)
+        gap = self.ignore_pos[e] - points[:, None, :]
+        ignored = ((self.ignore_left[e] > 0) & ((gap * gap).sum(-1) < self.claim_separation ** 2)).any(1)
+        keep = ~taken & ~ignored
+        if not keep.any():
+            return
+        e, i, points = e[keep], i[keep], points[keep]
+        distance = ((points - pos[e, i]) ** 2).sum(-1)
+        # the nearest free detection of each drone
+        row = e * n + i
+        order = np.lexsort((distance, row))
+        row, first = np.unique(row[order], return_index=True)
+        choice = np.zeros((E, n, 2))
+        wants = np.zeros((E, n), bool)
+        wants.flat[row] = True
+        choice.reshape(-1, 2)[row] = points[order[first]]
         # two drones choosing the same victim: the lower index keeps it
-        pair = choice[:, :, None, :] - choice[:, None, :, :]
-        pair = np.sqrt((pair * pair).sum(-1))
+        busy = np.unique(row // n)
+        pair = choice[busy, :, None, :] - choice[busy, None, :, :]
+        pair = (pair * pair).sum(-1)
         lower = np.tril(np.ones((n, n), bool), -1)  # [i, j] = j < i
-        clash = (wants[:, :, None] & wants[:, None, :] & lower & (pair < self.claim_separation)).any(-1)
+        wanting = wants[busy]
+        clash = np.zeros((E, n), bool)
+        clash[busy] = (wanting[:, :, None] & wanting[:, None, :] & lower
+                       & (pair < self.claim_separation ** 2)).any(-1)
         wins = wants & ~clash
         self._enter(wins, WAIT)
         self.target[wins] = choice[wins]
