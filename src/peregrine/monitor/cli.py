@@ -122,7 +122,7 @@ def live(run_dir: Path, args) -> int:
     try:
         print(f"peregrine monitor: attached to {run_dir} (Ctrl-C detaches; training is unaffected)",
               file=sys.stderr, flush=True)
-        with Live(render(Snapshot.take(reader, stale_after=args.stale_after)), console=console,
+        with Live(render(Snapshot.take(reader, stale_after=args.stale_after), console.width), console=console,
                   refresh_per_second=max(1.0, 1.0 / max(args.interval, 0.05)), screen=False) as view:
             while True:
                 time.sleep(args.interval)
@@ -130,7 +130,7 @@ def live(run_dir: Path, args) -> int:
                     reader.close()
                     reader = MetricsReader(run_dir)
                 snapshot = Snapshot.take(reader, stale_after=args.stale_after)
-                view.update(render(snapshot))
+                view.update(render(snapshot, console.width))
                 if not args.stay and snapshot.liveness in (*FINAL_STATUSES, "stale"):
                     break
     except KeyboardInterrupt:

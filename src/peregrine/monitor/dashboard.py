@@ -89,8 +89,8 @@ def _table(title: str) -> Table:
     return table
 
 
-def render(snapshot: Snapshot):
-    """The frame for one snapshot, as a Rich renderable."""
+def render(snapshot: Snapshot, width: int = 100):
+    """The frame for one snapshot, as a Rich renderable, laid out for `width` columns."""
     header, record, history = snapshot.header, snapshot.record, snapshot.history
     label, style = LIVENESS_STYLES.get(snapshot.liveness, (snapshot.liveness.upper(), "bold"))
     title = Text.assemble(("Peregrine ", "bold magenta"), (f"run {header.run_id}  ", "bold"), (label, style))
@@ -102,21 +102,25 @@ def render(snapshot: Snapshot):
 
     value = record.values
     age = snapshot.now - value["heartbeat"]
-    facts.append(f"  heartbeat {age:.1f} s ago  records {int(value['index']) + 1}")
+    facts.append(f"  heartbeat {age:.1f} s ago")
 
     def series(name):
         return [r.values[name] for r in history]
 
+    # Two columns of (label, value, sparkline) side by side inside the panel:
+    # the sparklines get what is left after labels and values (~50 columns).
+    spark = max(6, min(24, (width - 50) // 2))
+
     throughput = _table("Throughput")
-    throughput.add_row("SPS", number(value["sps"]), sparkline(series("sps")))
+    throughput.add_row("SPS", number(value["sps"]), sparkline(series("sps"), spark))
     throughput.add_row("steps", number(value["global_step"]), "")
     throughput.add_row("updates", number(value["updates"]), "")
     throughput.add_row("elapsed", duration(value["elapsed"]), "")
 
     episodes = _table("Episodes")
     episodes.add_row("finished", number(value["episodes"]), "")
-    episodes.add_row("return", number(value["episode_return"]), sparkline(series("episode_return")))
-    episodes.add_row("length", number(value["episode_length"]), sparkline(series("episode_length")))
+    episodes.add_row("return", number(value["episode_return"]), sparkline(series("episode_return"), spark))
+    episodes.add_row("length", number(value["episode_length"]), sparkline(series("episode_length"), spark))
 
     losses = _table("Losses")
     for name in LOSS_NAMES:
@@ -155,5 +159,5 @@ def render_text(snapshot: Snapshot, width: int = 100) -> str:
     """One frame as plain text (no colour codes): for `--once`, tests, the README."""
     console = Console(width=width, color_system=None, force_terminal=False, legacy_windows=False)
     with console.capture() as capture:
-        console.print(render(snapshot))
+        console.print(render(snapshot, width))
     return capture.get()
