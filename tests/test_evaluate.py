@@ -175,3 +175,8 @@ def test_render_errors_are_clean(tmp_path, capsys):
     assert "no renderer" in capsys.readouterr().err
     assert main(["render", "drone_swarm", "--policy", "spiral", "--out", str(tmp_path / "x.gif")]) == 2
     assert "spiral" in capsys.readouterr().err
+
+
+def test_policy_returning_the_wrong_shape_is_refused():
+    with pytest.raises(ValueError, match="shape"):
+        evaluate("drone_swarm", lambda observations: np.zeros((1, 3), np.float32), episodes=2)

@@ -225,6 +225,9 @@ def _first_episodes(env_name: str, env, policy, seed: int):
     for _ in range(max_steps + 1):
         actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
         if actions.shape != env.action_space.shape:
+            if actions.size != int(np.prod(env.action_space.shape)):
+                raise ValueError(f"the policy returned actions of shape {actions.shape}; "
+                                 f"{env_name} with {instances} instances needs {env.action_space.shape}")
             actions = actions.reshape(env.action_space.shape)
         if hold_actions is not None and finished.any():
             rows = np.repeat(finished, agents)
