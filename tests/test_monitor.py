@@ -335,3 +335,11 @@ def test_record_layout_is_fixed():
     assert metrics._FIXED.size == 64 and FIELDS[0] == "index" and FIELDS[-1] == "status"
     assert len(FIELDS) == len(set(FIELDS)) == 19
     assert np.dtype(np.float64).itemsize == 8
+
+
+def test_import_peregrine_does_not_load_the_monitor_or_profiler():
+    code = ("import sys, peregrine; "
+            "print(sorted(m for m in sys.modules if m.startswith(('peregrine.monitor', 'peregrine.profile', 'rich'))))")
+    env = dict(os.environ, PYTHONPATH=SRC)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
