@@ -180,3 +180,31 @@ def test_render_errors_are_clean(tmp_path, capsys):
 def test_policy_returning_the_wrong_shape_is_refused():
     with pytest.raises(ValueError, match="shape"):
         evaluate("drone_swarm", lambda observations: np.zeros((1, 3), np.float32), episodes=2)
+
+
+def test_frame_colours_drones_and_victims_by_state():
+    import peregrine
+    from peregrine.envs.drone_swarm.reference import decode_state
+    from peregrine.envs.drone_swarm.render import COLOURS, draw_frame
+    env = peregrine.make("drone_swarm", num_envs=1, seed=0, n_drones=3, n_victims=3)
+    state = decode_state(env.get_state(0), env.config)
+    env.close()
+    drones, victims = state["drones"], state["victims"]
+    drones["x"][:], drones["y"][:] = [55.0, 90.0, 10.0], [50.0, 90.0, 90.0]
+    drones["battery"][:], drones["connected"][:] = [0.5, 0.5, 0.0], [1, 0, 0]
+    victims["x"][:], victims["y"][:] = [20.0, 80.0, 30.0], [20.0, 20.0, 70.0]
+    victims["status"][:], victims["owner"][:] = [0, 1, 2], [-1, 1, -1]
+    image = draw_frame(state, env.config, size=200)
+    scale = 199 / 100.0
+
+    def colour_at(x, y):
+        return image.getpixel((int(round(x * scale)), int(round(199 - y * scale))))
+
+    assert colour_at(55, 50) == COLOURS["connected"]
+    assert colour_at(90, 90) == COLOURS["cut_off"]
+    assert colour_at(10, 90) == COLOURS["empty"]
+    assert colour_at(20, 20) == COLOURS["unknown"]
+    assert colour_at(80, 20) == COLOURS["confirmed"]
+    assert colour_at(30, 70) == COLOURS["delivered"]
+    assert colour_at(50, 58) == COLOURS["range"]         # inside r_comm of the base, nothing drawn
+    assert colour_at(50, 50) == COLOURS["base"]
