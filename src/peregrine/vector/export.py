@@ -76,6 +76,12 @@ class GymnasiumVectorEnv(VectorEnv):
     def close_extras(self, **kwargs):
         self.env.close()
 
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
 
 def sb3_vec_env(env):
     """An SB3 VecEnv over a Peregrine env (requires stable-baselines3)."""

@@ -349,8 +349,7 @@ class Multiprocessing(VectorBase):
         """Waits until `count` (default all) of `workers` are DONE; returns them
         in finishing order. Raises WorkerError (after the others finish) or
         WorkerDiedError."""
-        if self._finalizer is None or not self._finalizer.alive:
-            raise RuntimeError("the vector env is closed")
+        self._ensure_open()
         count = len(workers) if count is None else count
         pending = list(workers)
         finished, errors = [], []
@@ -399,8 +398,13 @@ class Multiprocessing(VectorBase):
             raise WorkerError("exception in a vector env worker:\n" + "\n".join(messages))
         return finished
 
+    def _ensure_open(self):
+        if not self._finalizer.alive:
+            raise RuntimeError("the vector env is closed")
+
     def _message_all(self, message):
         """Sends `message` to every worker (after in-flight work ends); returns replies."""
+        self._ensure_open()
         self._settle()
         self._replies = {}
         for worker in range(self.num_workers):
@@ -428,6 +432,7 @@ class Multiprocessing(VectorBase):
         if self.batch_size != self.num_envs:
             raise ValueError(f"step() steps every env; with batch_size ({self.batch_size}) < "
                              f"num_envs ({self.num_envs}) use send() and recv()")
+        self._ensure_open()
         if actions is not self.actions:
             self._check_actions(actions, self.num_agents)
             self.actions[...] = actions
@@ -445,6 +450,7 @@ class Multiprocessing(VectorBase):
 
     def send(self, actions):
         """Steps the envs returned by the last recv() with `actions` (their rows)."""
+        self._ensure_open()
         if self._batch is None:
             raise RuntimeError("send() must follow recv() (call async_reset() then recv() first)")
         batch, self._batch = self._batch, None
@@ -467,6 +473,7 @@ class Multiprocessing(VectorBase):
         """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
         the next batch_size envs to finish; env_ids are env indices (rows are
         env_id * agents_per_env + agent)."""
+        self._ensure_open()
         if self._batch is not None:
             raise RuntimeError("recv() was called twice without send() in between")
         need = self.workers_per_batch - len(self._ready)
