@@ -145,7 +145,8 @@ struct Env {
     /* per drone [num_envs * n] */
     float *x, *y, *battery, *returns;
     int32_t *age;
-    uint8_t *connected, *scanning;
+    float *connected; /* 1.0f / 0.0f: the kernels read it as a float lane */
+    uint8_t *scanning;
     /* per victim [num_envs * m] */
     float *vx, *vy;
     int32_t *status, *confirm_drone, *progress, *owner, *window;
@@ -388,25 +389,23 @@ static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int
         adjacency[d] = 0;
     }
     for (int a = 0; a < n; a++) {
-        int alive_a = (int)((alive >> a) & 1);
+        uint64_t alive_a = (alive >> a) & 1;
         float xa = x[a], ya = y[a];
+        /* branch-free: whether a pair is in range is a coin flip for the
+         * predictor when drones cluster around the base */
         for (int b = a + 1; b < n; b++) {
             float dx = xa - x[b], dy = ya - y[b];
             float d2 = dx * dx + dy * dy;
-            int alive_b = (int)((alive >> b) & 1);
-            int in_range = d2 <= r2;
-            if (alive_b) {
-                count[a] += in_range;
-                nearest2[a] = d2 < nearest2[a] ? d2 : nearest2[a];
-            }
-            if (alive_a) {
-                count[b] += in_range;
-                nearest2[b] = d2 < nearest2[b] ? d2 : nearest2[b];
-            }
-            if (alive_a & alive_b & in_range) {
-                adjacency[a] |= 1ULL << b;
-                adjacency[b] |= 1ULL << a;
-            }
+            uint64_t alive_b = (alive >> b) & 1;
+            uint64_t in_range = d2 <= r2;
+            float to_a = alive_b ? d2 : INFINITY, to_b = alive_a ? d2 : INFINITY;
+            count[a] += (int)(alive_b & in_range);
+            count[b] += (int)(alive_a & in_range);
+            nearest2[a] = to_a < nearest2[a] ? to_a : nearest2[a];
+            nearest2[b] = to_b < nearest2[b] ? to_b : nearest2[b];
+            uint64_t link = alive_a & alive_b & in_range;
+            adjacency[a] |= link << b;
+            adjacency[b] |= link << a;
         }
     }
 }
@@ -418,7 +417,7 @@ static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, floa
     uint64_t links = 0;
     for (int d = 0; d < n; d++) {
         float dx = x[d] - env->base_x, dy = y[d] - env->base_y;
-        if (dx * dx + dy * dy <= r2) links |= 1ULL << d;
+        links |= (uint64_t)(dx * dx + dy * dy <= r2) << d;
     }
     return links & alive;
 }
@@ -443,31 +442,175 @@ static inline uint64_t ds_alive_mask(const Env *env, int i) {
     return alive;
 }
 
+/* The vectorized kernels: PG_SIMD_KERNEL (an AVX2 clone beside the baseline)
+ * plus no-trapping-math, which lets GCC if-convert the selects (it otherwise
+ * sinks arithmetic into branches because it might raise FP exceptions). Values
+ * are unchanged: no reassociation, no contraction, same rounding. */
+#if defined(__GNUC__) && !defined(__clang__)
+#define DS_NO_TRAP __attribute__((optimize("no-trapping-math", "vect-cost-model=unlimited")))
+#else
+#define DS_NO_TRAP
+#endif
+#define DS_KERNEL PG_SIMD_KERNEL DS_NO_TRAP
+
+/* Helpers the kernels call carry the same options, or GCC will not inline them. */
+static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
+    return isfinite(x) ? x : 0.0f;
+}
+
+/* pg_clampf with both comparisons always evaluated: the same result, but with
+ * no comparison under a condition GCC can if-convert (and so vectorize) the
+ * loops below without -fno-trapping-math. */
+static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
+    float upper = x > hi ? hi : x;
+    return upper < lo ? lo : upper;
+}
+
+/* Phase 1-2 for the drones of one instance, branch-free so it vectorizes
+ * (AVX2 clone where the CPU has it): actions -> velocity, position, battery,
+ * cell index, scan/active flags. Dividing by max(norm, 1) leaves in-disc
+ * velocities exact (x / 1 == x) without a data-dependent branch. */
+DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict actions,
+                                   float *restrict x, float *restrict y,
+                                   float *restrict battery, float *restrict speed2,
+                                   int32_t *restrict cell, int32_t *restrict active_out,
+                                   int32_t *restrict scan_out) {
+    const float v_max = env->v_max, dt = env->dt, size = env->world_size;
+    const float c_idle = env->c_idle, c_move = env->c_move, c_scan = env->c_scan;
+    const float cell_size = env->cell_size;
+    const int last = env->cells_per_side - 1, side = env->cells_per_side;
+    /* de-interleave first: GCC does not vectorize the stride-3 loads below */
+    float in_x[DS_MAX_DRONES], in_y[DS_MAX_DRONES], in_scan[DS_MAX_DRONES];
+    for (size_t d = 0; d < n; d++) {
+        in_x[d] = actions[3 * d + 0];
+        in_y[d] = actions[3 * d + 1];
+        in_scan[d] = actions[3 * d + 2];
+    }
+    for (size_t d = 0; d < n; d++) {
+        float ax = ds_clampf(ds_finite_or_zero(in_x[d]), -1.0f, 1.0f);
+        float ay = ds_clampf(ds_finite_or_zero(in_y[d]), -1.0f, 1.0f);
+        float as = ds_clampf(ds_finite_or_zero(in_scan[d]), -1.0f, 1.0f);
+        int active = battery[d] > 0.0f;
+        float norm2 = ax * ax + ay * ay;
+        /* norm if > 1, else exactly 1 (norm * 0 + 1). Written with arithmetic,
+         * not a select of the divisor, and selecting before dividing: GCC
+         * turns x / (c ? a : b) or a division used under a condition into a
+         * branch, which stops the vectorizer. */
+        float big = norm2 > 1.0f ? 1.0f : 0.0f;
+        float norm = sqrtf(norm2) * big + (1.0f - big);
+        ax = (active ? ax : 0.0f) / norm;
+        ay = (active ? ay : 0.0f) / norm;
+        int scan = as > 0.0f ? active : 0;
+        float s2 = ax * ax + ay * ay;
+        float px = ds_clampf(x[d] + (ax * v_max) * dt, 0.0f, size);
+        float py = ds_clampf(y[d] + (ay * v_max) * dt, 0.0f, size);
+        int cx = (int)(px / cell_size), cy = (int)(py / cell_size);
+        cx = cx < last ? cx : last;
+        cy = cy < last ? cy : last;
+        float drain = (c_idle + c_move * s2 + c_scan * (scan ? 1.0f : 0.0f)) * dt;
+        float b = battery[d] - drain;
+        x[d] = px;
+        y[d] = py;
+        battery[d] = b > 0.0f ? b : 0.0f;
+        speed2[d] = s2;
+        cell[d] = cy * side + cx;
+        active_out[d] = active;
+        scan_out[d] = scan;
+    }
+}
+
+/* Observation features 0..9 of n drones into feature-major scratch
+ * features[f * DS_MAX_DRONES + d] (vectorizes; the caller transposes). */
+DS_KERNEL static void ds_features_soa(const Env *env, size_t n, float r_comm,
+                                           const float *restrict x, const float *restrict y,
+                                           const float *restrict battery,
+                                           const float *restrict connected,
+                                           const int32_t *restrict age,
+                                           const int32_t *restrict count,
+                                           const float *restrict nearest2,
+                                           float *restrict features) {
+    const float size = env->world_size, bx = env->base_x, by = env->base_y;
+    const float max_steps = (float)env->max_steps;
+    const float neighbour_scale = n > 1 ? (float)(n - 1) : 1.0f;
+    const float neighbour_on = n > 1 ? 1.0f : 0.0f;
+    float *f0 = features, *f1 = f0 + DS_MAX_DRONES, *f2 = f1 + DS_MAX_DRONES;
+    float *f3 = f2 + DS_MAX_DRONES, *f4 = f3 + DS_MAX_DRONES, *f5 = f4 + DS_MAX_DRONES;
+    float *f6 = f5 + DS_MAX_DRONES, *f7 = f6 + DS_MAX_DRONES, *f8 = f7 + DS_MAX_DRONES;
+    float *f9 = f8 + DS_MAX_DRONES;
+    for (size_t d = 0; d < n; d++) {
+        float px = x[d], py = y[d];
+        float dbx = bx - px, dby = by - py;
+        float dist = sqrtf(dbx * dbx + dby * dby);
+        float safe = dist + (dist > 0.0f ? 0.0f : 1.0f); /* dist, or 1 at the base */
+        float near = sqrtf(nearest2[d]) / r_comm;
+        near = near < 1.0f ? near : 1.0f;
+        f0[d] = ds_clampf(px / size, -1.0f, 1.0f);
+        f1[d] = ds_clampf(py / size, -1.0f, 1.0f);
+        f2[d] = ds_clampf(battery[d], -1.0f, 1.0f);
+        f3[d] = ds_clampf(dist / size, -1.0f, 1.0f);
+        f4[d] = connected[d];
+        f5[d] = ds_clampf((float)age[d] / max_steps, -1.0f, 1.0f);
+        f6[d] = ds_clampf((float)count[d] / neighbour_scale, -1.0f, 1.0f) * neighbour_on;
+        f7[d] = ds_clampf(near, -1.0f, 1.0f);
+        /* at the base (dist == 0) this is (dbx, dby) / 1 == (0, 0) */
+        f8[d] = ds_clampf(dbx / safe, -1.0f, 1.0f);
+        f9[d] = ds_clampf(dby / safe, -1.0f, 1.0f);
+    }
+}
+
+/* Squared distances from one drone to every victim (phases 4 and 6 share them). */
+DS_KERNEL static void ds_victim_d2(size_t m, float xd, float yd, const float *restrict vx,
+                                   const float *restrict vy, float *restrict out) {
+    for (size_t v = 0; v < m; v++) {
+        float dx = vx[v] - xd, dy = vy[v] - yd;
+        out[v] = dx * dx + dy * dy;
+    }
+}
+
+/* Phase 7 rewards of n drones; every term added in the documented order. */
+DS_KERNEL static void ds_rewards(const Env *env, size_t n, float share,
+                                 const float *restrict speed2, const float *restrict confirmations,
+                                 const float *restrict explore, const float *restrict scan_near,
+                                 const float *restrict alive, const float *restrict connected,
+                                 const float *restrict nearest2, float *restrict rewards,
+                                 float *restrict returns) {
+    const float sep = env->min_drone_separation, r_disp = env->r_dispersion;
+    const float r_time = env->r_time, c_energy = env->c_energy, r_confirm = env->r_confirm;
+    const float r_explore = env->r_explore, r_scan_near = env->r_scan_near;
+    const float r_connect = env->r_connect;
+    /* nearest / sep is only used when nearest < sep (so sep > 0): divide by 1 otherwise */
+    const float safe_sep = sep > 0.0f ? sep : 1.0f;
+    for (size_t d = 0; d < n; d++) {
+        float nearest = sqrtf(nearest2[d]);
+        float penalty = -(r_disp * (1.0f - nearest / safe_sep));
+        float dispersion = nearest >= sep ? r_disp : penalty;
+        dispersion = alive[d] > 0.0f ? dispersion : 0.0f;
+        float r = r_time;
+        r = r - c_energy * speed2[d];
+        r = r + share;
+        r = r + r_confirm * confirmations[d];
+        r = r + r_explore * explore[d];
+        r = r + (scan_near[d] > 0.0f ? r_scan_near : 0.0f);
+        r = r + dispersion;
+        r = r + (connected[d] > 0.0f ? r_connect : 0.0f);
+        rewards[d] = r;
+        returns[d] = returns[d] + r;
+    }
+}
+
 /* The first 10 features of every drone row of instance i; detection slots are
  * left to the caller (zeroed when zero_slots). */
 static void ds_write_features(const Env *env, int i, float *obs, const int *count,
                               const float *nearest2, int zero_slots) {
     const int n = env->n, dim = env->obs_dim;
-    const size_t o = (size_t)i * n;
-    const float size = env->world_size, r_comm = env->ep_r_comm[i];
-    const float neighbour_scale = n > 1 ? (float)(n - 1) : 1.0f;
+    const size_t od = (size_t)i * n;
+    float features[10 * DS_MAX_DRONES];
+    ds_features_soa(env, (size_t)n, env->ep_r_comm[i], env->x + od, env->y + od,
+                    env->battery + od, env->connected + od, env->age + od, count, nearest2,
+                    features);
     for (int d = 0; d < n; d++) {
-        float *row = obs + (o + d) * dim;
-        float x = env->x[o + d], y = env->y[o + d];
-        float dbx = env->base_x - x, dby = env->base_y - y;
-        float dist = sqrtf(dbx * dbx + dby * dby);
-        float near = sqrtf(nearest2[d]) / r_comm;
-        near = near < 1.0f ? near : 1.0f;
-        row[0] = pg_clampf(x / size, -1.0f, 1.0f);
-        row[1] = pg_clampf(y / size, -1.0f, 1.0f);
-        row[2] = pg_clampf(env->battery[o + d], -1.0f, 1.0f);
-        row[3] = pg_clampf(dist / size, -1.0f, 1.0f);
-        row[4] = env->connected[o + d] ? 1.0f : 0.0f;
-        row[5] = pg_clampf((float)env->age[o + d] / (float)env->max_steps, -1.0f, 1.0f);
-        row[6] = n > 1 ? pg_clampf((float)count[d] / neighbour_scale, -1.0f, 1.0f) : 0.0f;
-        row[7] = pg_clampf(near, -1.0f, 1.0f);
-        row[8] = dist > 0.0f ? pg_clampf(dbx / dist, -1.0f, 1.0f) : 0.0f;
-        row[9] = dist > 0.0f ? pg_clampf(dby / dist, -1.0f, 1.0f) : 0.0f;
+        float *row = obs + (od + d) * dim;
+        for (int f = 0; f < 10; f++) row[f] = features[f * DS_MAX_DRONES + d];
         if (zero_slots)
             for (int s = 10; s < dim; s++) row[s] = 0.0f;
     }
@@ -581,7 +724,7 @@ static void ds_reset_instance(Env *env, int i) {
     float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
     ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
     uint64_t connected = ds_closure(ds_base_links(env, i, alive, r2), adjacency);
-    for (int d = 0; d < n; d++) env->connected[od + d] = (uint8_t)((connected >> d) & 1);
+    for (int d = 0; d < n; d++) env->connected[od + d] = (float)((connected >> d) & 1);
     ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
 }
 
@@ -632,50 +775,30 @@ static void ds_step_instance(Env *env, int i) {
     const float size = env->world_size;
     DS_TICK_START();
 
-    /* 1-2. movement, exploration, battery */
+    /* 1-2. movement, battery (vectorized), then exploration in drone order */
     float speed2[DS_MAX_DRONES], explore[DS_MAX_DRONES];
-    uint64_t scanning = 0;
+    int32_t cell[DS_MAX_DRONES], active[DS_MAX_DRONES], scan[DS_MAX_DRONES];
+    ds_move(env, (size_t)n, actions, x, y, battery, speed2, cell, active, scan);
     const int words = env->words64;
     uint64_t *visited = env->visited + (size_t)i * words;
     uint64_t *own = env->own_visited + od * words;
+    uint64_t scanning = 0, alive = 0;
     for (int d = 0; d < n; d++) {
-        float ax = pg_clampf(pg_finite_or_zero(actions[3 * d + 0]), -1.0f, 1.0f);
-        float ay = pg_clampf(pg_finite_or_zero(actions[3 * d + 1]), -1.0f, 1.0f);
-        float as = pg_clampf(pg_finite_or_zero(actions[3 * d + 2]), -1.0f, 1.0f);
-        int active = battery[d] > 0.0f;
-        float norm2 = ax * ax + ay * ay;
-        if (norm2 > 1.0f) {
-            float norm = sqrtf(norm2);
-            ax = ax / norm;
-            ay = ay / norm;
-        }
-        if (!active) ax = ay = 0.0f;
-        int scan = active & (as > 0.0f);
-        scanning |= (uint64_t)scan << d;
-        env->scanning[od + d] = (uint8_t)scan;
-        float s2 = ax * ax + ay * ay;
-        speed2[d] = s2;
-        x[d] = pg_clampf(x[d] + (ax * env->v_max) * env->dt, 0.0f, size);
-        y[d] = pg_clampf(y[d] + (ay * env->v_max) * env->dt, 0.0f, size);
-        explore[d] = 0.0f;
-        if (active) {
-            int c = ds_cell(env, x[d], y[d]);
-            uint64_t bit = 1ULL << (c & 63);
-            uint64_t *global_word = &visited[c >> 6], *own_word = &own[(size_t)d * words + (c >> 6)];
-            float global_new = (*global_word & bit) ? 0.0f : 1.0f;
-            float own_new = (*own_word & bit) ? 0.0f : 0.5f;
-            explore[d] = global_new + own_new;
-            *global_word |= bit;
-            *own_word |= bit;
-        }
-        float drain = (env->c_idle + env->c_move * s2 + env->c_scan * (scan ? 1.0f : 0.0f)) * env->dt;
-        float b = battery[d] - drain;
-        battery[d] = b > 0.0f ? b : 0.0f;
+        int c = cell[d];
+        uint64_t bit = 1ULL << (c & 63), on = active[d] ? bit : 0;
+        uint64_t *global_word = &visited[c >> 6], *own_word = &own[(size_t)d * words + (c >> 6)];
+        float global_new = (on & ~*global_word) ? 1.0f : 0.0f;
+        float own_new = (on & ~*own_word) ? 0.5f : 0.0f;
+        explore[d] = global_new + own_new;
+        *global_word |= on;
+        *own_word |= on;
+        scanning |= (uint64_t)scan[d] << d;
+        alive |= (uint64_t)(battery[d] > 0.0f) << d;
+        env->scanning[od + d] = (uint8_t)scan[d];
     }
     DS_TICK(DS_PH_MOVE);
 
     /* 3. connectivity (and the neighbour features from the same pair pass) */
-    uint64_t alive = ds_alive_mask(env, i);
     const float r_comm = env->ep_r_comm[i], r2 = r_comm * r_comm;
     int count[DS_MAX_DRONES];
     float nearest2[DS_MAX_DRONES];
@@ -688,8 +811,8 @@ static void ds_step_instance(Env *env, int i) {
             if ((base >> d) & 1)
                 if (!(pg_uniform(rng) >= p_drop)) base &= ~(1ULL << d);
         for (int a = 0; a < n; a++) {
-            uint64_t later = adjacency[a] & ~((2ULL << a) - 1); /* b > a, ascending */
-            if (a == 63) later = 0;
+            /* links to b > a, ascending; (2 << 63) wraps to 0, so a = 63 has none */
+            uint64_t later = adjacency[a] & ~((2ULL << a) - 1);
             while (later) {
                 int b = __builtin_ctzll(later);
                 later &= later - 1;
@@ -701,13 +824,22 @@ static void ds_step_instance(Env *env, int i) {
         }
     }
     uint64_t connected = ds_closure(base, adjacency);
-    env->connected_steps[i] += __builtin_popcountll(connected);
+    int connected_count = 0;
     for (int d = 0; d < n; d++) {
         int is_connected = (int)((connected >> d) & 1);
-        env->connected[od + d] = (uint8_t)is_connected;
+        connected_count += is_connected;
+        env->connected[od + d] = is_connected ? 1.0f : 0.0f;
         env->age[od + d] = is_connected ? 0 : env->age[od + d] + 1;
     }
+    env->connected_steps[i] += connected_count;
     DS_TICK(DS_PH_CONNECT);
+
+    /* squared distances scanning drone -> victim, shared by phases 4 and 6 */
+    float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
+    for (uint64_t s = scanning; s; s &= s - 1) {
+        int d = __builtin_ctzll(s);
+        ds_victim_d2((size_t)m, x[d], y[d], vx, vy, victim_d2 + (size_t)d * m);
+    }
 
     /* 4. confirmation, 5. delivery */
     int confirmations[DS_MAX_DRONES];
@@ -721,8 +853,7 @@ static void ds_step_instance(Env *env, int i) {
             float best2 = INFINITY;
             for (uint64_t s = scanning; s; s &= s - 1) {
                 int d = __builtin_ctzll(s);
-                float dx = vx[v] - x[d], dy = vy[v] - y[d];
-                float d2 = dx * dx + dy * dy;
+                float d2 = victim_d2[(size_t)d * m + v];
                 if (d2 <= rc2 && d2 < best2) {
                     best2 = d2;
                     best = d;
@@ -767,18 +898,21 @@ static void ds_step_instance(Env *env, int i) {
     const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
     const float scale = env->detect_prob_scale;
     uint64_t scan_near = 0;
-    for (int d = 0; d < n; d++) {
+    if (k > 0)
+        for (int d = 0; d < n; d++) {
+            float *slots = obs + (od + d) * dim + 10;
+            for (int s = 0; s < 3 * k; s++) slots[s] = 0.0f;
+        }
+    for (uint64_t s = scanning; s; s &= s - 1) {
+        int d = __builtin_ctzll(s);
         float *slots = obs + (od + d) * dim + 10;
-        for (int s = 0; s < 3 * k; s++) slots[s] = 0.0f;
-        if (!((scanning >> d) & 1)) continue;
+        const float *row = victim_d2 + (size_t)d * m;
         float slot_d2[DS_MAX_NEAREST];
-        int found = 0;
+        int found = 0, near = 0;
         for (int v = 0; v < m; v++) {
-            if (status[v] == DS_DELIVERED) continue;
-            float dx = vx[v] - x[d], dy = vy[v] - y[d];
-            float d2 = dx * dx + dy * dy;
-            if (status[v] == DS_UNKNOWN && d2 <= near2) scan_near |= 1ULL << d;
-            if (!(d2 <= rs2)) continue;
+            float d2 = row[v];
+            near |= (status[v] == DS_UNKNOWN) & (d2 <= near2);
+            if (!(d2 <= rs2) || status[v] == DS_DELIVERED) continue;
             float u = pg_uniform(rng);
             float p = pg_clampf((1.0f - sqrtf(d2) / r_sense) * scale, 0.0f, 1.0f);
             if (!(u < p) || k == 0) continue;
@@ -792,35 +926,25 @@ static void ds_step_instance(Env *env, int i) {
                 pos--;
             }
             slot_d2[pos] = d2;
-            slots[3 * pos + 0] = pg_clampf(dx / size, -1.0f, 1.0f);
-            slots[3 * pos + 1] = pg_clampf(dy / size, -1.0f, 1.0f);
+            slots[3 * pos + 0] = pg_clampf((vx[v] - x[d]) / size, -1.0f, 1.0f);
+            slots[3 * pos + 1] = pg_clampf((vy[v] - y[d]) / size, -1.0f, 1.0f);
             slots[3 * pos + 2] = p;
         }
+        scan_near |= (uint64_t)near << d;
     }
     DS_TICK(DS_PH_DETECT);
 
     /* 7. rewards, observations */
     float share = env->r_found * (float)delivered_now;
     if (env->divide_found) share = share / (float)n;
-    float *rewards = pg->rewards + od, *returns = env->returns + od;
-    const float sep = env->min_drone_separation, r_disp = env->r_dispersion;
+    float confirmed_by[DS_MAX_DRONES], near_flag[DS_MAX_DRONES], alive_flag[DS_MAX_DRONES];
     for (int d = 0; d < n; d++) {
-        float dispersion = 0.0f;
-        if ((alive >> d) & 1) {
-            float nearest = sqrtf(nearest2[d]);
-            dispersion = nearest >= sep ? r_disp : -(r_disp * (1.0f - nearest / sep));
-        }
-        float r = env->r_time;
-        r = r - env->c_energy * speed2[d];
-        r = r + share;
-        r = r + env->r_confirm * (float)confirmations[d];
-        r = r + env->r_explore * explore[d];
-        r = r + (((scan_near >> d) & 1) ? env->r_scan_near : 0.0f);
-        r = r + dispersion;
-        r = r + (((connected >> d) & 1) ? env->r_connect : 0.0f);
-        rewards[d] = r;
-        returns[d] = returns[d] + r;
+        confirmed_by[d] = (float)confirmations[d];
+        near_flag[d] = (float)((scan_near >> d) & 1);
+        alive_flag[d] = (float)((alive >> d) & 1);
     }
+    ds_rewards(env, (size_t)n, share, speed2, confirmed_by, explore, near_flag, alive_flag,
+               env->connected + od, nearest2, pg->rewards + od, env->returns + od);
     env->step[i]++;
     ds_write_features(env, i, obs, count, nearest2, 0);
     DS_TICK(DS_PH_REWARD_OBS);
@@ -830,8 +954,11 @@ static void ds_step_instance(Env *env, int i) {
     for (int v = 0; v < m; v++) all_delivered &= status[v] == DS_DELIVERED;
     int terminal = all_delivered | (alive == 0);
     int truncated = !terminal & (env->step[i] >= env->max_steps);
-    memset(pg->terminals + od, terminal, (size_t)n);
-    memset(pg->truncations + od, truncated, (size_t)n);
+    uint8_t *terminals = pg->terminals + od, *truncations = pg->truncations + od;
+    for (int d = 0; d < n; d++) {
+        terminals[d] = (uint8_t)terminal;
+        truncations[d] = (uint8_t)truncated;
+    }
     if (terminal | truncated) {
         memcpy((float *)pg->final_observations + od * dim, obs + od * dim,
                (size_t)n * dim * sizeof(float));
@@ -945,7 +1072,7 @@ static int env_set_state(Env *env, int i, const double *in) {
         env->x[od + d] = (float)drone[0];
         env->y[od + d] = (float)drone[1];
         env->battery[od + d] = (float)drone[2];
-        env->connected[od + d] = (uint8_t)drone[3];
+        env->connected[od + d] = (float)drone[3];
         env->age[od + d] = (int32_t)drone[4];
         env->returns[od + d] = (float)drone[5];
         env->scanning[od + d] = (uint8_t)drone[6];

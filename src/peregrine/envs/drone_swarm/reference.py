@@ -316,10 +316,10 @@ class DroneSwarmReference:
         dbx, dby = self.base_x - x, self.base_y - y
         dist = np.sqrt(dbx * dbx + dby * dby)
         r_comm = self.ep_r_comm[idx][:, None]
+        safe = dist + np.where(dist > 0, f32(0), f32(1))  # dist, or 1 at the base (then 0 / 1)
+        ux, uy = dbx / safe, dby / safe
         with np.errstate(divide="ignore", invalid="ignore"):
             near_feature = nearest / r_comm
-            ux = np.where(dist > 0, dbx / dist, f32(0))
-            uy = np.where(dist > 0, dby / dist, f32(0))
         near_feature = np.where(near_feature < 1, near_feature, f32(1))
         neighbours = count.astype(np.float32) / f32(n - 1) if n > 1 else np.zeros_like(x)
         features = [x / size, y / size, self.battery[idx], dist / size,
@@ -346,12 +346,10 @@ class DroneSwarmReference:
         # 1. movement (active drones: battery > 0 at the start of the step)
         active = self.battery > 0
         norm2 = vx * vx + vy * vy
-        with np.errstate(divide="ignore", invalid="ignore"):
-            norm = np.sqrt(norm2)
-            vx = np.where(norm2 > 1, vx / norm, vx)
-            vy = np.where(norm2 > 1, vy / norm, vy)
-        vx = np.where(active, vx, f32(0))
-        vy = np.where(active, vy, f32(0))
+        big = np.where(norm2 > 1, f32(1), f32(0))
+        norm = np.sqrt(norm2) * big + (f32(1) - big)  # |v| when > 1, else exactly 1
+        vx = np.where(active, vx, f32(0)) / norm
+        vy = np.where(active, vy, f32(0)) / norm
         scanning = active & (scan > 0)
         speed2 = vx * vx + vy * vy
         self.x = np.clip(self.x + (vx * self.v_max) * self.dt, f32(0), self.world_size)
