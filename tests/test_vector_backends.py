@@ -7,7 +7,7 @@ import pytest
 import peregrine.vector as pv
 from peregrine.envs.native_env import EpisodeStats
 
-from vector_helpers import Squad, gym_cartpole, random_actions, shm_segments
+from test_vector_helpers import Squad, gym_cartpole, random_actions, shm_segments
 
 BUFFERS = ("observations", "rewards", "terminals", "truncations", "masks")
 

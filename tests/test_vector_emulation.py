@@ -8,7 +8,7 @@ from gymnasium import spaces
 import peregrine.vector as pv
 from peregrine.vector.spaces import FlatAction, FlatObservation, unflatten
 
-from vector_helpers import NestedEnv, Squad, gym_cartpole
+from test_vector_helpers import NestedEnv, Squad, gym_cartpole
 
 
 # ---- spaces ------------------------------------------------------------------------

@@ -7,7 +7,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 import peregrine.vector as pv
 
-from vector_helpers import Squad
+from test_vector_helpers import Squad
 
 
 def test_gymnasium_vector_env_same_step_autoreset():

@@ -14,7 +14,8 @@ import pytest
 
 import peregrine.vector as pv
 
-from vector_helpers import FlakyEnv, fails_in_worker, gym_cartpole, pid_alive, shm_segments
+from test_vector_helpers import (FlakyEnv, fails_in_worker, gym_cartpole, pid_alive,
+                                 shm_segments)
 
 pytestmark = pytest.mark.timeout(60)  # a hang fails the test instead of the suite
 TESTS_DIR = os.path.dirname(__file__)
@@ -103,7 +104,7 @@ def test_exception_in_worker_reaches_parent_with_traceback():
             env.step(np.zeros(4, np.int32))
         text = str(caught.value)
         assert "flaky env exploded" in text and "Traceback" in text
-        assert "in step" in text and "vector_helpers.py" in text  # the worker's own frames
+        assert "in step" in text and "test_vector_helpers.py" in text  # the worker's own frames
         assert "worker 0" in text and "worker 1" in text
         # the workers survive an exception and keep serving requests
         env.reset(seed=1)
@@ -131,7 +132,7 @@ _LOOP = textwrap.dedent("""
     sys.path[:0] = [{src!r}, {tests!r}]
     import numpy as np
     import peregrine.vector as pv
-    from vector_helpers import gym_cartpole
+    from test_vector_helpers import gym_cartpole
 
     if __name__ == "__main__":
         env = pv.make({env}, backend="multiprocessing", num_envs=4, num_workers=2, seed=0)
