@@ -140,6 +140,7 @@ class Trainer:
         self.global_step = 0
         self.updates = 0
         self.elapsed = 0.0              # training seconds (rollout + learn), across resumes
+        self.cpu_seconds = 0.0          # process CPU seconds in the same span
         self.episodes = 0
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
@@ -367,7 +368,7 @@ class Trainer:
         t = self.config.train
         if self.exact_resume:
             environment.reseed_streams(self.env, t.seed, self.updates)
-        start = time.perf_counter()
+        start, cpu_start = time.perf_counter(), time.process_time()
         split = self.rollout()
         learn_start = time.perf_counter()
         self.policy.train()
@@ -375,6 +376,7 @@ class Trainer:
         end = time.perf_counter()
         split["learn"] = end - learn_start
         self.elapsed += end - start
+        self.cpu_seconds += time.process_time() - cpu_start
         self.updates += 1
         self.global_step += self.batch_size
         stats = self.env.episode_stats(clear=True)
@@ -385,7 +387,7 @@ class Trainer:
             "global_step": self.global_step, "updates": self.updates,
             "sps": self.global_step / self.elapsed if self.elapsed > 0 else 0.0,
             "update_sps": self.batch_size / (end - start),
-            "elapsed": self.elapsed, "episodes": self.episodes,
+            "elapsed": self.elapsed, "cpu_seconds": self.cpu_seconds, "episodes": self.episodes,
             "episodes_this_update": stats.count,
             "episode_return": stats.mean.get("episode_return"),
             "episode_length": stats.mean.get("episode_length"),
@@ -424,7 +426,7 @@ class Trainer:
             "torch_rng": torch.get_rng_state(),
             "generator": self.generator.get_state(),
             "global_step": self.global_step, "updates": self.updates,
-            "elapsed": self.elapsed, "episodes": self.episodes,
+            "elapsed": self.elapsed, "cpu_seconds": self.cpu_seconds, "episodes": self.episodes,
             "recent_episodes": [list(x) for x in self.recent_episodes],
             "rows": self.rows,
             "next_starts": self.next_starts.cpu(),
@@ -446,6 +448,7 @@ class Trainer:
         self.generator.set_state(state["generator"])
         self.global_step, self.updates = int(state["global_step"]), int(state["updates"])
         self.elapsed, self.episodes = float(state["elapsed"]), int(state["episodes"])
+        self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.recent_episodes = deque((tuple(x) for x in state["recent_episodes"]), maxlen=256)
         self.next_starts = state["next_starts"].to(self.device)
         if state.get("lstm_state") is not None:
