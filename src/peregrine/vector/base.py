@@ -49,10 +49,12 @@ class VectorBase:
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
         self._action_dtype = np.dtype(self.single_action_space.dtype)
         action_space = self.single_action_space
+        # Discrete actions are checked as uint32: negatives become huge, so one
+        # comparison against the highest valid value catches both ends.
         if isinstance(action_space, spaces.Discrete):
-            self._action_high = np.int64(action_space.n) - 1
+            self._action_high = np.uint32(action_space.n - 1)
         elif isinstance(action_space, spaces.MultiDiscrete):
-            self._action_high = np.asarray(action_space.nvec, np.int64) - 1
+            self._action_high = (np.asarray(action_space.nvec, np.int64) - 1).astype(np.uint32)
         else:
             self._action_high = None
         return buffers_layout(self.num_agents, self.single_observation_space,
@@ -75,11 +77,14 @@ class VectorBase:
                     if actions.shape == shape else "")
             raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
                              f"shape {actions.shape}{hint}")
-        if self._action_high is not None and actions.size:
-            if actions.min() < 0 or np.any(actions > self._action_high):
-                bad = np.argwhere((actions < 0) | (actions > self._action_high))[0]
-                raise ValueError(f"action {actions[tuple(bad)]} in row {bad[0]} is out of range: "
-                                 f"expected 0..{self._action_high if np.ndim(self._action_high) == 0 else self._action_high.tolist()}")
+        high = self._action_high
+        if high is not None and actions.size:
+            as_unsigned = actions.view(np.uint32)
+            if (as_unsigned.max() > high) if high.ndim == 0 else (as_unsigned > high).any():
+                bad = tuple(np.argwhere(as_unsigned > high)[0])
+                allowed = int(high) if high.ndim == 0 else high.tolist()
+                raise ValueError(f"action {actions[bad]} in row {bad[0]} is out of range: "
+                                 f"expected 0..{allowed}")
 
     # ---- lifetime ---------------------------------------------------------------
     def __enter__(self):

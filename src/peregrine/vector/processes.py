@@ -354,8 +354,9 @@ class Multiprocessing(VectorBase):
         pending = list(workers)
         finished, errors = [], []
         flags, done = self._flags, self._done
-        spin_until = time.perf_counter() + self._parent_spin
-        next_check = 0.0
+        start = time.perf_counter()
+        spin_until = start + self._parent_spin
+        next_check = start + _LIVENESS_PERIOD
         while len(finished) < count or (errors and pending):
             progressed = False
             for worker in pending:

@@ -34,6 +34,10 @@ class Serial(VectorBase):
             self.close()
             raise
         self._env_ids = np.arange(self.num_envs)
+        # One native batch checks its actions itself before any state changes;
+        # with several blocks the check must come first, or a bad action in
+        # block k would leave blocks 0..k-1 stepped.
+        self._check_in_parent = not (recipe.is_native and self.num_workers == 1)
 
     def reset(self, seed=None):
         for block in self.blocks:
@@ -42,7 +46,8 @@ class Serial(VectorBase):
 
     def step(self, actions):
         if actions is not self.actions:
-            self._check_actions(actions, self.num_agents)
+            if self._check_in_parent:
+                self._check_actions(actions, self.num_agents)
             self.actions[...] = actions
         for block in self.blocks:
             block.step()
