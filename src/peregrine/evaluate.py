@@ -20,9 +20,10 @@ short ones). The statistics of the episodes that end in a step are read from
 the C aggregate after that step (`episode_stats(clear=True)`); an instance
 that already finished keeps running (the batch steps every instance) and its
 later episodes are discarded. For envs that have one (`HOLD_ACTIONS`), such
-instances get a "hold" action that cannot end an episode early (drone_swarm:
-hover without scanning), so a later episode never ends in the same step as a
-first one. If that still happens (other envs), the aggregate of that step
+instances get a "hold" action that keeps their next episode from ending early
+(drone_swarm: hover without scanning, so nothing is delivered and, unless the
+idle drain empties every battery first, the episode runs to max_steps), so a
+later episode does not end in the same step as a first one. If that still happens (other envs), the aggregate of that step
 cannot be split: for single-agent envs whose statistics are just
 episode_return and episode_length, the first episodes are attributed from the
 rewards summed here; otherwise they are dropped and replaced by further rounds
