@@ -375,73 +375,6 @@ static inline int ds_cell(const Env *env, float x, float y) {
     return cy * side + cx;
 }
 
-/* Pairwise pass over drones of instance i: live-neighbour counts and squared
- * nearest live-neighbour distances for every drone (dead ones too: they still
- * observe), and the drone-drone adjacency (live pairs within r_comm) as
- * bitmasks. */
-static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
-                            float *nearest2, uint64_t *adjacency) {
-    const int n = env->n;
-    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
-    for (int d = 0; d < n; d++) {
-        count[d] = 0;
-        nearest2[d] = INFINITY;
-        adjacency[d] = 0;
-    }
-    for (int a = 0; a < n; a++) {
-        uint64_t alive_a = (alive >> a) & 1;
-        float xa = x[a], ya = y[a];
-        /* branch-free: whether a pair is in range is a coin flip for the
-         * predictor when drones cluster around the base */
-        for (int b = a + 1; b < n; b++) {
-            float dx = xa - x[b], dy = ya - y[b];
-            float d2 = dx * dx + dy * dy;
-            uint64_t alive_b = (alive >> b) & 1;
-            uint64_t in_range = d2 <= r2;
-            float to_a = alive_b ? d2 : INFINITY, to_b = alive_a ? d2 : INFINITY;
-            count[a] += (int)(alive_b & in_range);
-            count[b] += (int)(alive_a & in_range);
-            nearest2[a] = to_a < nearest2[a] ? to_a : nearest2[a];
-            nearest2[b] = to_b < nearest2[b] ? to_b : nearest2[b];
-            uint64_t link = alive_a & alive_b & in_range;
-            adjacency[a] |= link << b;
-            adjacency[b] |= link << a;
-        }
-    }
-}
-
-/* Base links: live drones within r_comm of the base. */
-static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, float r2) {
-    const int n = env->n;
-    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
-    uint64_t links = 0;
-    for (int d = 0; d < n; d++) {
-        float dx = x[d] - env->base_x, dy = y[d] - env->base_y;
-        links |= (uint64_t)(dx * dx + dy * dy <= r2) << d;
-    }
-    return links & alive;
-}
-
-/* The connected set: everything reachable from the base links. */
-static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
-    uint64_t reached = base, frontier = base;
-    while (frontier) {
-        int d = __builtin_ctzll(frontier);
-        frontier &= frontier - 1;
-        uint64_t fresh = adjacency[d] & ~reached;
-        reached |= fresh;
-        frontier |= fresh;
-    }
-    return reached;
-}
-
-static inline uint64_t ds_alive_mask(const Env *env, int i) {
-    const float *battery = env->battery + (size_t)i * env->n;
-    uint64_t alive = 0;
-    for (int d = 0; d < env->n; d++) alive |= (uint64_t)(battery[d] > 0.0f) << d;
-    return alive;
-}
-
 /* The vectorized kernels: PG_SIMD_KERNEL (an AVX2 clone beside the baseline)
  * plus no-trapping-math, which lets GCC if-convert the selects (it otherwise
  * sinks arithmetic into branches because it might raise FP exceptions). Values
@@ -558,13 +491,59 @@ DS_KERNEL static void ds_features_soa(const Env *env, size_t n, float r_comm,
     }
 }
 
-/* Squared distances from one drone to every victim (phases 4 and 6 share them). */
-DS_KERNEL static void ds_victim_d2(size_t m, float xd, float yd, const float *restrict vx,
-                                   const float *restrict vy, float *restrict out) {
+/* The drone-drone pass over full rows (each pair is seen from both ends, so
+ * the inner loop is a plain vectorizable reduction): per drone a, live
+ * neighbours within r_comm, the squared distance to the nearest live
+ * neighbour (+inf if none) and a's adjacency bits (both live, within r_comm).
+ * d2(a, b) and d2(b, a) are the same float. The minimum is taken on the float
+ * bit patterns as integers (monotonic for d2 >= 0), which vectorizes where a
+ * float min reduction would not; the result is the same float. */
+DS_KERNEL static void ds_pair_rows(size_t n, const float *restrict x, const float *restrict y,
+                                   const int32_t *restrict alive, float r2,
+                                   int32_t *restrict count_out, float *restrict nearest2_out,
+                                   uint64_t *restrict adjacency_out) {
+    for (size_t a = 0; a < n; a++) {
+        const float xa = x[a], ya = y[a];
+        int32_t count = 0, best = 0x7F800000; /* +inf */
+        uint64_t bits = 0;
+        for (size_t b = 0; b < n; b++) {
+            float dx = xa - x[b], dy = ya - y[b];
+            float d2 = dx * dx + dy * dy;
+            int32_t d2_bits;
+            memcpy(&d2_bits, &d2, sizeof d2_bits);
+            int32_t valid = alive[b] & (b != a);
+            int32_t linked = valid & (d2 <= r2);
+            count += linked;
+            int32_t candidate = valid ? d2_bits : 0x7F800000;
+            best = candidate < best ? candidate : best;
+            bits |= (uint64_t)linked << b;
+        }
+        count_out[a] = count;
+        memcpy(&nearest2_out[a], &best, sizeof best);
+        adjacency_out[a] = alive[a] ? bits : 0;
+    }
+}
+
+/* Squared distances from one scanning drone to every victim (phases 4 and 6
+ * share them) and three counts that let most steps skip the per-victim work:
+ * victims within r_confirm_radius, within r_sense, and unknown ones within
+ * 2 * r_confirm_radius (with the statuses before this step's phases 4-5). */
+DS_KERNEL static void ds_victim_scan(size_t m, float xd, float yd, const float *restrict vx,
+                                     const float *restrict vy, const int32_t *restrict status,
+                                     float rc2, float rs2, float near2, float *restrict out,
+                                     int32_t *restrict counts) {
+    int32_t confirm = 0, sense = 0, near = 0;
     for (size_t v = 0; v < m; v++) {
         float dx = vx[v] - xd, dy = vy[v] - yd;
-        out[v] = dx * dx + dy * dy;
+        float d2 = dx * dx + dy * dy;
+        out[v] = d2;
+        confirm += d2 <= rc2;
+        sense += d2 <= rs2;
+        near += (status[v] == DS_UNKNOWN) & (d2 <= near2);
     }
+    counts[0] = confirm;
+    counts[1] = sense;
+    counts[2] = near;
 }
 
 /* Phase 7 rewards of n drones; every term added in the documented order. */
@@ -596,6 +575,51 @@ DS_KERNEL static void ds_rewards(const Env *env, size_t n, float share,
         rewards[d] = r;
         returns[d] = returns[d] + r;
     }
+}
+
+/* Pairwise pass over drones of instance i: live-neighbour counts and squared
+ * nearest live-neighbour distances for every drone (dead ones too: they still
+ * observe), and the drone-drone adjacency (live pairs within r_comm) as
+ * bitmasks. */
+static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
+                            float *nearest2, uint64_t *adjacency) {
+    const int n = env->n;
+    int32_t alive_flag[DS_MAX_DRONES];
+    for (int d = 0; d < n; d++) alive_flag[d] = (int32_t)((alive >> d) & 1);
+    ds_pair_rows((size_t)n, env->x + (size_t)i * n, env->y + (size_t)i * n, alive_flag, r2,
+                 count, nearest2, adjacency);
+}
+
+/* Base links: live drones within r_comm of the base. */
+static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, float r2) {
+    const int n = env->n;
+    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+    uint64_t links = 0;
+    for (int d = 0; d < n; d++) {
+        float dx = x[d] - env->base_x, dy = y[d] - env->base_y;
+        links |= (uint64_t)(dx * dx + dy * dy <= r2) << d;
+    }
+    return links & alive;
+}
+
+/* The connected set: everything reachable from the base links. */
+static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
+    uint64_t reached = base, frontier = base;
+    while (frontier) {
+        int d = __builtin_ctzll(frontier);
+        frontier &= frontier - 1;
+        uint64_t fresh = adjacency[d] & ~reached;
+        reached |= fresh;
+        frontier |= fresh;
+    }
+    return reached;
+}
+
+static inline uint64_t ds_alive_mask(const Env *env, int i) {
+    const float *battery = env->battery + (size_t)i * env->n;
+    uint64_t alive = 0;
+    for (int d = 0; d < env->n; d++) alive |= (uint64_t)(battery[d] > 0.0f) << d;
+    return alive;
 }
 
 /* The first 10 features of every drone row of instance i; detection slots are
@@ -762,6 +786,27 @@ static void ds_record_episode(Env *env, int i) {
     pg_stats_record(&env->pg, i, values);
 }
 
+/* Small fills that GCC would otherwise turn into memset calls (a call per
+ * drone row costs more than the stores themselves). */
+#if defined(__GNUC__) && !defined(__clang__)
+#define DS_NO_MEMSET __attribute__((noinline, optimize("no-tree-loop-distribute-patterns")))
+#else
+#define DS_NO_MEMSET __attribute__((noinline))
+#endif
+
+DS_NO_MEMSET static void ds_zero_slots(float *obs, int n, int dim) {
+    for (int d = 0; d < n; d++)
+        for (int s = 10; s < dim; s++) obs[(size_t)d * dim + s] = 0.0f;
+}
+
+DS_NO_MEMSET static void ds_fill_flags(uint8_t *terminals, uint8_t *truncations, int n,
+                                       uint8_t terminal, uint8_t truncated) {
+    for (int d = 0; d < n; d++) {
+        terminals[d] = terminal;
+        truncations[d] = truncated;
+    }
+}
+
 static void ds_step_instance(Env *env, int i) {
     PgBatch *pg = &env->pg;
     const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
@@ -836,22 +881,28 @@ static void ds_step_instance(Env *env, int i) {
 
     /* squared distances scanning drone -> victim, shared by phases 4 and 6 */
     float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
+    int32_t victim_counts[DS_MAX_DRONES][3];
+    const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
+    const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
+    const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
+    int any_confirm = 0;
     for (uint64_t s = scanning; s; s &= s - 1) {
         int d = __builtin_ctzll(s);
-        ds_victim_d2((size_t)m, x[d], y[d], vx, vy, victim_d2 + (size_t)d * m);
+        ds_victim_scan((size_t)m, x[d], y[d], vx, vy, status, rc2, rs2, near2,
+                       victim_d2 + (size_t)d * m, victim_counts[d]);
+        any_confirm |= victim_counts[d][0];
     }
 
     /* 4. confirmation, 5. delivery */
     int confirmations[DS_MAX_DRONES];
     for (int d = 0; d < n; d++) confirmations[d] = 0;
-    const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
     const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
-    int delivered_now = 0;
+    int delivered_now = 0, changed = 0;
     for (int v = 0; v < m; v++) {
         if (status[v] == DS_UNKNOWN) {
             int best = -1;
             float best2 = INFINITY;
-            for (uint64_t s = scanning; s; s &= s - 1) {
+            for (uint64_t s = any_confirm ? scanning : 0; s; s &= s - 1) {
                 int d = __builtin_ctzll(s);
                 float d2 = victim_d2[(size_t)d * m + v];
                 if (d2 <= rc2 && d2 < best2) {
@@ -867,6 +918,7 @@ static void ds_step_instance(Env *env, int i) {
                 *progress = best == *drone ? *progress + 1 : 1;
                 *drone = best;
                 if (*progress >= t_confirm) {
+                    changed = 1;
                     status[v] = DS_CONFIRMED;
                     env->owner[ov + v] = best;
                     env->window[ov + v] = m_deliver;
@@ -878,6 +930,7 @@ static void ds_step_instance(Env *env, int i) {
             }
         }
         if (status[v] == DS_CONFIRMED) {
+            changed = 1;
             int owner = env->owner[ov + v];
             if ((connected >> owner) & 1) {
                 status[v] = DS_DELIVERED;
@@ -894,19 +947,17 @@ static void ds_step_instance(Env *env, int i) {
     DS_TICK(DS_PH_CONFIRM);
 
     /* 6. detections (written straight into the slots), scan-near flags */
-    const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
-    const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
     const float scale = env->detect_prob_scale;
     uint64_t scan_near = 0;
-    if (k > 0)
-        for (int d = 0; d < n; d++) {
-            float *slots = obs + (od + d) * dim + 10;
-            for (int s = 0; s < 3 * k; s++) slots[s] = 0.0f;
-        }
+    if (k > 0) ds_zero_slots(obs + od * dim, n, dim);
     for (uint64_t s = scanning; s; s &= s - 1) {
         int d = __builtin_ctzll(s);
         float *slots = obs + (od + d) * dim + 10;
         const float *row = victim_d2 + (size_t)d * m;
+        if (!changed && victim_counts[d][1] == 0) { /* nothing in sensing range */
+            scan_near |= (uint64_t)(victim_counts[d][2] > 0) << d;
+            continue;
+        }
         float slot_d2[DS_MAX_NEAREST];
         int found = 0, near = 0;
         for (int v = 0; v < m; v++) {
@@ -954,11 +1005,8 @@ static void ds_step_instance(Env *env, int i) {
     for (int v = 0; v < m; v++) all_delivered &= status[v] == DS_DELIVERED;
     int terminal = all_delivered | (alive == 0);
     int truncated = !terminal & (env->step[i] >= env->max_steps);
-    uint8_t *terminals = pg->terminals + od, *truncations = pg->truncations + od;
-    for (int d = 0; d < n; d++) {
-        terminals[d] = (uint8_t)terminal;
-        truncations[d] = (uint8_t)truncated;
-    }
+    ds_fill_flags(pg->terminals + od, pg->truncations + od, n, (uint8_t)terminal,
+                  (uint8_t)truncated);
     if (terminal | truncated) {
         memcpy((float *)pg->final_observations + od * dim, obs + od * dim,
                (size_t)n * dim * sizeof(float));
