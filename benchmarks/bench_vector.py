@@ -36,21 +36,28 @@ def _actions(num_rows, steps, dtype=np.int32):
     return rng.integers(0, 2, (steps, num_rows)).astype(dtype)
 
 
-def measure_sps(step, num_rows, seconds, reset=None, warmup_steps=20):
-    """Rows per second of `step(actions)` over about `seconds`."""
+def measure_sps(step, num_rows, seconds, reset=None, warmup_steps=20, windows=3):
+    """(rows per second, seconds per step) of `step(actions)`: the best of
+    `windows` windows of seconds/windows each, so a burst of load from other
+    jobs on the shared machine costs one window, not the figure."""
     actions = _actions(num_rows, 256)
     if reset:
         reset()
     for i in range(warmup_steps):
         step(actions[i % 256])
-    steps, start = 0, time.perf_counter()
-    while True:
-        for _ in range(16):
-            step(actions[steps % 256])
-            steps += 1
-        elapsed = time.perf_counter() - start
-        if elapsed >= seconds:
-            return steps * num_rows / elapsed, elapsed / steps
+    best, steps = 0.0, 0
+    for _ in range(windows):
+        count, start = 0, time.perf_counter()
+        while True:
+            for _ in range(16):
+                step(actions[steps % 256])
+                steps += 1
+                count += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds / windows:
+                break
+        best = max(best, count / elapsed)
+    return best * num_rows, 1.0 / best
 
 
 def bench_emulated(seconds):
