@@ -2,6 +2,8 @@
 
     .venv/bin/python benchmarks/bench_prospector.py [--num-envs 8192] [--seconds 3]
                                                     [--episodes 256] [--seed 0]
+                                                    [--checkpoint RUN_DIR_OR_FILE]
+                                                    [--skip-throughput]
 
 Throughput is `peregrine bench`'s loop (random actions pre-generated, one C
 call per step) with two additions for a shared machine: CPU seconds are read
@@ -9,7 +11,9 @@ beside wall seconds, so "steps per CPU-second" does not depend on how busy
 the other cores are, and CartPole is measured in the same run as a
 reference point. Baselines: `scripted.evaluate` plays the first episode of
 `--episodes` instances (seed `--seed`) with the masked-random policy and the
-scripted trader.
+scripted trader; with `--checkpoint`, a trained policy too (its argmax action,
+and its argmax over the valid actions only), always on the default game
+(no shaping), whatever config it was trained with.
 """
 from __future__ import annotations
 
@@ -23,7 +27,7 @@ import numpy as np
 
 import peregrine
 from peregrine.envs.bench import action_pool
-from peregrine.envs.prospector.scripted import evaluate_random, evaluate_scripted
+from peregrine.envs.prospector.scripted import evaluate, evaluate_random, evaluate_scripted
 
 
 def throughput(name: str, num_envs: int, threads: int, seconds: float) -> dict:
@@ -46,34 +50,61 @@ def throughput(name: str, num_envs: int, threads: int, seconds: float) -> dict:
             "cpu_ns_per_step": 1e9 * cpu / total, "cpus_busy": cpu / wall}
 
 
+def checkpoint_policies(path: str) -> dict:
+    """The trained actor as plain argmax and as argmax over the masked logits."""
+    import torch
+
+    from peregrine.envs.prospector import action_mask
+    from peregrine.train.checkpoint import load_actor
+
+    probe = peregrine.make("prospector", num_envs=1, seed=0)
+    actor = load_actor(path, probe)
+    probe.close()
+
+    @torch.no_grad()
+    def masked(observations):
+        logits, _values, _ = actor.policy.heads(torch.as_tensor(observations))
+        logits = logits.masked_fill(~torch.as_tensor(action_mask(observations)), float("-inf"))
+        return logits.argmax(-1).numpy().astype(np.int32)
+
+    return {"trained": actor, "trained+mask": masked}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=8192)
     parser.add_argument("--seconds", type=float, default=3.0)
     parser.add_argument("--episodes", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--checkpoint", help="also evaluate this trained policy")
+    parser.add_argument("--skip-throughput", action="store_true")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
     print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
           f"load average {os.getloadavg()[0]:.1f} (shared machine)")
-    rows = [throughput("cartpole", args.num_envs, 1, args.seconds)]
-    for threads in (1, 2):
-        rows.append(throughput("prospector", args.num_envs, threads, args.seconds))
+    rows = []
+    if not args.skip_throughput:
+        rows.append(throughput("cartpole", args.num_envs, 1, args.seconds))
+        for threads in (1, 2):
+            rows.append(throughput("prospector", args.num_envs, threads, args.seconds))
     for row in rows:
         print(f"{row['env']:>10} {row['threads']} thread(s) {row['num_envs']} envs: "
               f"{row['env_steps_per_sec']:>13,.0f} env steps/s wall, "
               f"{row['env_steps_per_cpu_sec']:>13,.0f} per CPU-second "
               f"({row['cpu_ns_per_step']:.0f} ns CPU/step, {row['cpus_busy']:.2f} CPUs busy)")
-    cartpole = rows[0]["env_steps_per_cpu_sec"]
-    print(f"prospector/cartpole per CPU-second (1 thread): "
-          f"{rows[1]['env_steps_per_cpu_sec'] / cartpole:.3f}")
+    if rows:
+        print(f"prospector/cartpole per CPU-second (1 thread): "
+              f"{rows[1]['env_steps_per_cpu_sec'] / rows[0]['env_steps_per_cpu_sec']:.3f}")
 
     baselines = {"random": evaluate_random(args.episodes, args.seed),
                  "scripted": evaluate_scripted(args.episodes, args.seed)}
+    if args.checkpoint:
+        for name, policy in checkpoint_policies(args.checkpoint).items():
+            baselines[name] = evaluate(policy, args.episodes, args.seed)
     for name, result in baselines.items():
         stats = result["env_stats"]
-        print(f"{name:>9}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
+        print(f"{name:>12}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
               f"over {result['episodes']} first episodes (seed {args.seed}); length "
               f"{result['length_mean']:.0f}, credits {result['credits_mean']:.0f}, destroyed "
               f"{result['destroyed_rate']:.1%}, out of fuel {result['out_of_fuel_rate']:.1%}; "
