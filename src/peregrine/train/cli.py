@@ -22,19 +22,28 @@ from pathlib import Path
 
 from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs
 
-KNOWN_FLAGS = ("--config", "--resume", "--seed", "--total-steps", "--run-dir", "--monitor",
-               "--detach")
-
-
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (f"Overrides: --SECTION.KEY VALUE with SECTION one of "
                      f"{['env', *SECTIONS]} (e.g. --train.learning-rate 3e-4, "
                      f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}.")
-    parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
+    parser.usage = ("peregrine train [ENV] [--config FILE] [--resume RUN_DIR] [--seed N] "
+                    "[--total-steps N] [--run-dir DIR] [--monitor | --detach] "
+                    "[--SECTION.KEY VALUE ...]")
+    parser.add_argument("env", nargs="?", help="env name, first (omit with --resume)")
     _add_flags(parser)
-    parser.add_argument("overrides", nargs=argparse.REMAINDER,
-                        help="--SECTION.KEY VALUE pairs overriding the config")
+    # Overrides are open-ended (--train.learning-rate 3e-4), so they are taken
+    # out of the argument list (each with its value) before argparse sees the
+    # rest; the dispatcher calls parse_args, and run() checks them by name.
+    parse_strict = parser.parse_args
+
+    def parse_args(args=None, namespace=None):
+        rest, overrides = split_overrides(sys.argv[1:] if args is None else args)
+        namespace = parse_strict(rest, namespace)
+        namespace.overrides = overrides
+        return namespace
+
+    parser.parse_args = parse_args
 
 
 def _add_flags(parser):
@@ -48,26 +57,24 @@ def _add_flags(parser):
     display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
 
 
-def split_remainder(args) -> tuple[argparse.Namespace, list[str]]:
-    """Known flags may also appear among the overrides (after them on the line)."""
-    tokens = list(args.overrides or [])
-    if args.env is not None and args.env.startswith("--"):
-        tokens.insert(0, args.env)
-        args.env = None
-    parser = argparse.ArgumentParser(add_help=False)
-    _add_flags(parser)
-    known, rest = parser.parse_known_args(tokens)
-    for name, value in vars(known).items():
-        if value not in (None, False):
-            setattr(args, name, value)
-    if rest and args.env is None and not rest[0].startswith("--") and not args.resume:
-        args.env = rest.pop(0)
-    return args, rest
+def split_overrides(argv) -> tuple[list[str], list[str]]:
+    """(other arguments, override tokens): `--a.b VALUE` and `--a.b=VALUE` are overrides."""
+    argv, rest, overrides = list(argv), [], []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if token.startswith("--") and "." in token.split("=", 1)[0]:
+            take = 1 if "=" in token or i + 1 >= len(argv) else 2
+            overrides += argv[i:i + take]
+            i += take
+        else:
+            rest.append(token)
+            i += 1
+    return rest, overrides
 
 
 def run(args) -> int:
-    args, tokens = split_remainder(args)
-    overrides = parse_override_tokens(tokens)
+    overrides = parse_override_tokens(getattr(args, "overrides", None) or [])
     if args.seed is not None:
         overrides.append(("train.seed", args.seed))
     if args.total_steps is not None:

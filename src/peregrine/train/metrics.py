@@ -28,7 +28,9 @@ class RunLogger:
                 MetricsWriter = None
             if MetricsWriter is not None:
                 try:
-                    self.writer = MetricsWriter(self.run_dir, list(env_stat_names))
+                    self.writer = MetricsWriter(self.run_dir, [
+                        name for name in env_stat_names
+                        if name not in ("episode_return", "episode_length")])
                 except Exception as error:  # noqa: BLE001 - the dashboard is optional
                     self._warn(f"dashboard metrics disabled: {error}")
         self.tensorboard = None
