@@ -10,11 +10,15 @@ straight into its rows: a native batch's C loop writes into shared memory
 Protocol. The parent writes STEP (or MESSAGE, after sending the message on
 the worker's pipe) into the worker's flag; the worker busy-waits on the flag,
 does the work and writes DONE (or ERROR, after sending the traceback). Waiting
-on either side spins for a few tens of microseconds, then yields, then sleeps
-with exponential back-off up to a millisecond, so idle workers cost no CPU.
-Steps never touch the pipes. Each flag has one writer at a time (the parent
-while the worker is idle, the worker while it is busy); on x86 stores are
-seen in program order, which is all this hand-off needs.
+on either side busy-waits on the flags for a few tens of microseconds, then
+backs off to sleeping on a semaphore (one per worker to wake it, one shared
+for "something finished"), so idle workers cost no CPU and a sleeping side
+wakes in one futex hand-off instead of a polling interval. A semaphore token
+only means "look at the flags again"; the flags are the truth. Steps never
+touch the pipes. Each flag has one writer at a time (the parent while the
+worker is idle, the worker while it is busy). Busy-waiting relies on stores
+becoming visible in program order (true on x86; on weaker memory models the
+semaphore path, a full barrier, still orders them).
 
 Batches. With batch_size == num_envs, `step` sends to every worker and
 returns the shared buffers themselves. With batch_size < num_envs, `send` /
