@@ -7,7 +7,8 @@ import pytest
 import peregrine.vector as pv
 from peregrine.envs.native_env import EpisodeStats
 
-from test_vector_helpers import Squad, gym_cartpole, random_actions, shm_segments
+from test_vector_helpers import (Squad, gym_cartpole, random_actions, shm_segments,
+                                 slow_in_worker_1)
 
 BUFFERS = ("observations", "rewards", "terminals", "truncations", "masks")
 
@@ -116,6 +117,23 @@ def test_async_contiguous_batches_are_views():
             assert observations.base is not None
             assert np.shares_memory(observations, env.observations)  # one worker: contiguous
             env.send(np.zeros(2, np.int32))
+
+
+def test_async_recv_returns_the_first_workers_ready_gathered_when_apart():
+    with pv.make(slow_in_worker_1, backend="multiprocessing", num_envs=3, num_workers=3,
+                 batch_size=2, seed=0, overwork=True) as env:
+        env.async_reset(seed=0)
+        observations, rewards, *_rest, env_ids, masks = env.recv()
+        assert env_ids.tolist() == [0, 1]
+        assert np.shares_memory(observations, env.observations)  # contiguous: a view
+        env.send(np.zeros(2, np.int32))
+        # env 2 was waiting; env 0 finishes long before the slow env 1
+        observations, rewards, *_rest, env_ids, masks = env.recv()
+        assert env_ids.tolist() == [0, 2]
+        assert not np.shares_memory(observations, env.observations)  # gathered copy
+        np.testing.assert_array_equal(observations, env.observations[[0, 2]])
+        assert rewards.tolist() == [1.0, 0.0]  # env 2 comes straight from its reset
+        assert masks.all()
 
 
 def test_async_results_match_serial_per_env():

@@ -155,3 +155,19 @@ def pid_alive(pid):
     except (FileNotFoundError, ProcessLookupError):
         return False
     return state not in ("Z", "X")
+
+
+def slow_in_worker_1():
+    """CartPole that takes 30 ms per step in the worker named peregrine-worker-1."""
+    import multiprocessing
+    import time
+
+    env = gym_cartpole()
+    if multiprocessing.current_process().name.endswith("-1"):
+        step = env.step
+
+        def slow_step(action):
+            time.sleep(0.03)
+            return step(action)
+        env.step = slow_step
+    return env

@@ -17,8 +17,9 @@ wakes in one futex hand-off instead of a polling interval. A semaphore token
 only means "look at the flags again"; the flags are the truth. Steps never
 touch the pipes. Each flag has one writer at a time (the parent while the
 worker is idle, the worker while it is busy). Busy-waiting relies on stores
-becoming visible in program order (true on x86; on weaker memory models the
-semaphore path, a full barrier, still orders them).
+becoming visible in program order: true on x86. On weaker memory models
+(ARM) only the semaphore path is a full barrier; a spinning reader there
+would need an explicit fence, which Python cannot issue.
 
 Batches. With batch_size == num_envs, `step` sends to every worker and
 returns the shared buffers themselves. With batch_size < num_envs, `send` /
