@@ -209,3 +209,29 @@ def test_every_backend_has_the_native_interface():
             assert outputs[0] is env.observations and outputs[4] == {}
             stats = env.episode_stats(clear=False)
             assert stats.count > 0 and env.episode_stats().count == stats.count
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+def test_exact_state_and_stream_seeding_for_native_envs(backend):
+    """get_state/set_state/seed_streams route to the right block: a copy of one
+    env's states and streams continues bit for bit like the original."""
+    actions = np.random.default_rng(1).integers(0, 2, (60, 4)).astype(np.int32)
+    with pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=0) as env, \
+            pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=99) as copy:
+        env.reset(seed=0)
+        for step_actions in actions[:20]:
+            env.step(step_actions)
+        for i in range(4):
+            copy.set_state(i, env.get_state(i))
+        env.seed_streams(1234)
+        copy.seed_streams(1234)
+        np.testing.assert_array_equal(copy.observations, env.observations)
+        for step_actions in actions[20:]:
+            env.step(step_actions)
+            copy.step(step_actions)
+            np.testing.assert_array_equal(copy.observations, env.observations)
+        assert env.get_state(3).shape == (5,)
+        with pytest.raises(IndexError, match="out of range"):
+            env.get_state(4)
+    with pv.make(gym_cartpole, backend=backend, num_envs=2, num_workers=2) as emulated:
+        assert not hasattr(emulated, "seed_streams") and not hasattr(emulated, "get_state")

@@ -60,6 +60,21 @@ class VectorBase:
         return buffers_layout(self.num_agents, self.single_observation_space,
                               self.single_action_space)
 
+    def _enable_exact_state(self):
+        """For native envs: seed_streams/get_state/set_state, as on a native batch
+        (the trainer's exact resume looks for them). Instance attributes, so
+        hasattr() is False for emulated envs, which cannot offer them."""
+        if self.recipe.is_native:
+            self.seed_streams = self._seed_streams
+            self.get_state = self._get_state
+            self.set_state = self._set_state
+
+    def _locate(self, instance):
+        if isinstance(instance, bool) or not isinstance(instance, (int, np.integer)) \
+                or not 0 <= instance < self.num_envs:
+            raise IndexError(f"instance {instance!r} out of range [0, {self.num_envs})")
+        return divmod(int(instance), self.envs_per_worker)
+
     def _bind(self, buffers: Buffers):
         self.buffers = buffers
         for name in BUFFER_NAMES:

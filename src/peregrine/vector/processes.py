@@ -195,6 +195,14 @@ def _handle(block, message):
         return None
     if kind == "stats":
         return stats_to_sums(block.episode_stats(message[1]))
+    if kind == "seed_streams":
+        block.seed_streams(message[1])
+        return None
+    if kind == "get_state":
+        return block.get_state(message[1])
+    if kind == "set_state":
+        block.set_state(message[1], message[2])
+        return None
     if kind == "raise":  # for tests: an exception inside the worker
         raise RuntimeError(message[1])
     raise ValueError(f"unknown message {kind!r}")
@@ -296,6 +304,7 @@ class Multiprocessing(VectorBase):
         recipe_bytes = cloudpickle.dumps(recipe)
         context = get_context(start_method)
         self._done = context.Semaphore(0)  # one token per finished command, any worker
+        self._enable_exact_state()
         try:
             self._start_workers(context, offsets, flags_offset, shutdown_offset, recipe_bytes,
                                 seed)
@@ -530,15 +539,33 @@ class Multiprocessing(VectorBase):
     def episode_stats(self, clear: bool = True):
         return merge_sums(self._message_all(("stats", bool(clear))))
 
-    def _raise_in_worker(self, worker: int, text: str = "test exception"):
-        """Makes `worker` raise inside its loop (for tests of error propagation)."""
+    def _message_one(self, worker: int, message):
+        """Sends `message` to one worker (after in-flight work ends); returns its reply."""
+        self._ensure_open()
         self._settle()
-        self._connections[worker].send(("raise", text))
-        self._pending_reply[worker] = True
         self._replies = {}
+        self._connections[worker].send(message)
+        self._pending_reply[worker] = True
         self._flags[worker][0] = MESSAGE
         self._wakes[worker].release()
         self._wait([worker])
+        return self._replies[worker]
+
+    def _raise_in_worker(self, worker: int, text: str = "test exception"):
+        """Makes `worker` raise inside its loop (for tests of error propagation)."""
+        self._message_one(worker, ("raise", text))
+
+    # ---- exact state (native envs; see VectorBase._enable_exact_state) ------------
+    def _seed_streams(self, seed: int) -> None:
+        self._message_all(("seed_streams", int(seed)))
+
+    def _get_state(self, instance: int):
+        worker, local = self._locate(instance)
+        return self._message_one(worker, ("get_state", local))
+
+    def _set_state(self, instance: int, state) -> None:
+        worker, local = self._locate(instance)
+        self._message_one(worker, ("set_state", local, np.asarray(state, np.float64)))
 
     @property
     def worker_pids(self):

@@ -107,6 +107,23 @@ class Block:
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return merge_stats(unit.episode_stats(clear) for unit in self.units)
 
+    # ---- exact state (native blocks only: one native batch per block) ------------
+    def _native(self):
+        if len(self.units) != 1 or not hasattr(self.units[0], "get_state"):
+            raise ValueError("exact state is only available for registered native envs")
+        return self.units[0]
+
+    def seed_streams(self, seed: int) -> None:
+        """Re-derives every instance's random stream without resetting."""
+        unit = self._native()
+        unit._batch.seed(unit_seed(seed, self.unit_indices[0]))
+
+    def get_state(self, instance: int):
+        return self._native().get_state(instance)
+
+    def set_state(self, instance: int, state) -> None:
+        self._native().set_state(instance, state)
+
     def close(self):
         units, self.units = self.units, []
         for unit in units:

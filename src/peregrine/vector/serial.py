@@ -38,6 +38,7 @@ class Serial(VectorBase):
         # with several blocks the check must come first, or a bad action in
         # block k would leave blocks 0..k-1 stepped.
         self._check_in_parent = not (recipe.is_native and self.num_workers == 1)
+        self._enable_exact_state()
 
     def reset(self, seed=None):
         for block in self.blocks:
@@ -66,6 +67,18 @@ class Serial(VectorBase):
 
     def episode_stats(self, clear: bool = True):
         return merge_stats(block.episode_stats(clear) for block in self.blocks)
+
+    def _seed_streams(self, seed: int) -> None:
+        for block in self.blocks:
+            block.seed_streams(seed)
+
+    def _get_state(self, instance: int):
+        block, local = self._locate(instance)
+        return self.blocks[block].get_state(local)
+
+    def _set_state(self, instance: int, state) -> None:
+        block, local = self._locate(instance)
+        self.blocks[block].set_state(local, state)
 
     def close(self):
         blocks, self.blocks = getattr(self, "blocks", []), []
