@@ -524,26 +524,34 @@ DS_KERNEL static void ds_pair_rows(size_t n, const float *restrict x, const floa
     }
 }
 
-/* Squared distances from one scanning drone to every victim (phases 4 and 6
- * share them) and three counts that let most steps skip the per-victim work:
- * victims within r_confirm_radius, within r_sense, and unknown ones within
- * 2 * r_confirm_radius (with the statuses before this step's phases 4-5). */
-DS_KERNEL static void ds_victim_scan(size_t m, float xd, float yd, const float *restrict vx,
-                                     const float *restrict vy, const int32_t *restrict status,
-                                     float rc2, float rs2, float near2, float *restrict out,
+/* Squared distances from each scanning drone to every victim (phases 4 and 6
+ * share them, row d at out + d * m) and three counts per drone that let most
+ * steps skip the per-victim work: victims within r_confirm_radius, within
+ * r_sense, and unknown ones within 2 * r_confirm_radius (with the statuses
+ * before this step's phases 4-5). */
+DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *restrict drones,
+                                     const float *restrict x, const float *restrict y, size_t m,
+                                     const float *restrict vx, const float *restrict vy,
+                                     const int32_t *restrict status, float rc2, float rs2,
+                                     float near2, float *restrict out,
                                      int32_t *restrict counts) {
-    int32_t confirm = 0, sense = 0, near = 0;
-    for (size_t v = 0; v < m; v++) {
-        float dx = vx[v] - xd, dy = vy[v] - yd;
-        float d2 = dx * dx + dy * dy;
-        out[v] = d2;
-        confirm += d2 <= rc2;
-        sense += d2 <= rs2;
-        near += (status[v] == DS_UNKNOWN) & (d2 <= near2);
+    for (size_t j = 0; j < count; j++) {
+        size_t d = (size_t)drones[j];
+        const float xd = x[d], yd = y[d];
+        float *row = out + d * m;
+        int32_t confirm = 0, sense = 0, near = 0;
+        for (size_t v = 0; v < m; v++) {
+            float dx = vx[v] - xd, dy = vy[v] - yd;
+            float d2 = dx * dx + dy * dy;
+            row[v] = d2;
+            confirm += d2 <= rc2;
+            sense += d2 <= rs2;
+            near += (status[v] == DS_UNKNOWN) & (d2 <= near2);
+        }
+        counts[3 * d + 0] = confirm;
+        counts[3 * d + 1] = sense;
+        counts[3 * d + 2] = near;
     }
-    counts[0] = confirm;
-    counts[1] = sense;
-    counts[2] = near;
 }
 
 /* Phase 7 rewards of n drones; every term added in the documented order. */
@@ -881,17 +889,16 @@ static void ds_step_instance(Env *env, int i) {
 
     /* squared distances scanning drone -> victim, shared by phases 4 and 6 */
     float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
-    int32_t victim_counts[DS_MAX_DRONES][3];
+    int32_t victim_counts[DS_MAX_DRONES][3], scanners[DS_MAX_DRONES];
     const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
     const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
     const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
-    int any_confirm = 0;
-    for (uint64_t s = scanning; s; s &= s - 1) {
-        int d = __builtin_ctzll(s);
-        ds_victim_scan((size_t)m, x[d], y[d], vx, vy, status, rc2, rs2, near2,
-                       victim_d2 + (size_t)d * m, victim_counts[d]);
-        any_confirm |= victim_counts[d][0];
-    }
+    int num_scanners = 0, any_confirm = 0;
+    for (uint64_t s = scanning; s; s &= s - 1) scanners[num_scanners++] = __builtin_ctzll(s);
+    if (num_scanners)
+        ds_victim_scan((size_t)num_scanners, scanners, x, y, (size_t)m, vx, vy, status, rc2, rs2,
+                       near2, victim_d2, &victim_counts[0][0]);
+    for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[scanners[j]][0];
 
     /* 4. confirmation, 5. delivery */
     int confirmations[DS_MAX_DRONES];

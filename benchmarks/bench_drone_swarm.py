@@ -1,0 +1,143 @@
+"""DroneSwarm throughput, side by side in one run.
+
+    OPENBLAS_NUM_THREADS=1 .venv/bin/python benchmarks/bench_drone_swarm.py [--seconds 2] [--json out.json]
+
+Figures are drone steps per second (one agent row = one drone; 8 per instance
+by default): the C batch at 1 and 2 threads (4096 instances, uniform random
+actions drawn before the timed region and cycled), the NumPy reference
+(peregrine/envs/drone_swarm/reference.py) in the same run, and the cost of one
+instance step by phase. The phase split comes from a second build of the same
+header with -DDS_PROFILE (rdtsc around each phase, one thread), made in a
+temporary directory; the rdtsc reads themselves add a few percent.
+
+Besides wall-clock steps/s, each row shows steps per CPU-second of this
+process (time.process_time), which moves less when other jobs share the
+machine.
+"""
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+
+from peregrine.envs.drone_swarm import DroneSwarm  # noqa: E402
+from peregrine.envs.drone_swarm.reference import DroneSwarmReference  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+PHASES = ("movement", "connectivity", "confirmation_delivery", "detections",
+          "rewards_observations", "end_reset")
+
+
+def action_pool(rows, count=16, seed=0):
+    rng = np.random.default_rng(seed)
+    return [rng.uniform(-1, 1, (rows, 3)).astype(np.float32) for _ in range(count)]
+
+
+def timed(step, actions, seconds):
+    """(steps per wall second, steps per CPU second) of step() over the pool."""
+    for batch in actions[:4]:
+        step(batch)
+    steps, wall, cpu = 0, time.perf_counter(), time.process_time()
+    while time.perf_counter() - wall < seconds:
+        for batch in actions:
+            step(batch)
+        steps += len(actions)
+    return steps / (time.perf_counter() - wall), steps / (time.process_time() - cpu)
+
+
+def bench_c(env_class, num_envs, threads, seconds, **config):
+    env = env_class(num_envs=num_envs, seed=0, num_threads=threads, **config)
+    try:
+        wall, cpu = timed(env.step, action_pool(env.num_agents), seconds)
+        return wall * env.num_agents, cpu * env.num_agents
+    finally:
+        env.close()
+
+
+def bench_numpy(num_envs, seconds, **config):
+    env = DroneSwarmReference(num_envs=num_envs, seed=0, **config)
+    wall, cpu = timed(env.step, action_pool(env.num_agents, 4), seconds)
+    return wall * env.num_agents, cpu * env.num_agents
+
+
+def profiled_module(build_dir):
+    """Builds drone_swarm with -DDS_PROFILE into build_dir and imports it."""
+    env = dict(os.environ, CFLAGS="-DDS_PROFILE", PEREGRINE_ENVS="drone_swarm")
+    subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", build_dir,
+                    "--build-temp", os.path.join(build_dir, "tmp")], cwd=ROOT, env=env,
+                   check=True, capture_output=True)
+    path = next(Path(build_dir).rglob("_drone_swarm*.so"))
+    spec = importlib.util.spec_from_file_location("_drone_swarm", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bench_phases(num_envs, seconds):
+    with tempfile.TemporaryDirectory() as build_dir:
+        module = profiled_module(build_dir)
+
+        class Profiled(DroneSwarm):
+            native_module = module
+
+        out = os.path.join(build_dir, "phases.jsonl")
+        os.environ["PEREGRINE_DS_PROFILE"] = out
+        try:
+            wall, cpu = bench_c(Profiled, num_envs, 1, seconds)  # written when the batch is freed
+        finally:
+            del os.environ["PEREGRINE_DS_PROFILE"]
+        row = json.loads(Path(out).read_text().splitlines()[-1])
+    steps = row.pop("steps")
+    cycles = {phase: row[phase] / steps for phase in PHASES}
+    return cycles, wall, cpu
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--seconds", type=float, default=2.0)
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--numpy-envs", type=int, default=1024)
+    parser.add_argument("--json")
+    args = parser.parse_args()
+
+    rows = []
+    numpy_wall, numpy_cpu = bench_numpy(args.numpy_envs, args.seconds)
+    rows.append(("NumPy reference", args.numpy_envs, numpy_wall, numpy_cpu))
+    for threads in (1, 2):
+        wall, cpu = bench_c(DroneSwarm, args.num_envs, threads, args.seconds)
+        rows.append((f"C, {threads} thread(s)", args.num_envs, wall, cpu))
+    for label, config in (("C, 1 thread, n_drones=64 n_victims=128", {"n_drones": 64, "n_victims": 128}),
+                          ("C, 1 thread, preset many_victims", {"n_victims": 30})):
+        wall, cpu = bench_c(DroneSwarm, args.num_envs // 8, 1, args.seconds, **config)
+        rows.append((label, args.num_envs // 8, wall, cpu))
+    cycles, prof_wall, prof_cpu = bench_phases(args.num_envs, args.seconds)
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cpus, "
+          f"load average {load:.1f} at the end")
+    print(f"{'implementation':42s} {'envs':>6s} {'drone steps/s':>15s} {'per CPU-s':>14s} {'vs NumPy':>9s}")
+    for name, envs, wall, cpu in rows:
+        print(f"{name:42s} {envs:6d} {wall:15,.0f} {cpu:14,.0f} {wall / numpy_wall:8.1f}x")
+    total = sum(cycles.values())
+    print(f"\nper instance step (8 drones, 1 thread, -DDS_PROFILE build at {prof_wall:,.0f} drone "
+          f"steps/s): {total:,.0f} TSC cycles")
+    for phase in PHASES:
+        print(f"  {phase:24s} {cycles[phase]:8,.0f} cycles  {100 * cycles[phase] / total:5.1f}%")
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump({"rows": [dict(zip(("name", "num_envs", "drone_steps_per_sec",
+                                          "drone_steps_per_cpu_sec"), r)) for r in rows],
+                       "phase_cycles_per_instance_step": cycles, "load_average": load}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()
