@@ -235,3 +235,23 @@ def test_exact_state_and_stream_seeding_for_native_envs(backend):
             env.get_state(4)
     with pv.make(gym_cartpole, backend=backend, num_envs=2, num_workers=2) as emulated:
         assert not hasattr(emulated, "seed_streams") and not hasattr(emulated, "get_state")
+
+
+def _cartpole_pair():
+    import peregrine
+    return peregrine.make("cartpole", num_envs=2, max_steps=30)
+
+
+def test_callable_returning_a_native_batch_is_copied_into_the_rows():
+    actions = np.random.default_rng(2).integers(0, 2, (80, 8)).astype(np.int32)
+    with pv.make(_cartpole_pair, backend="serial", num_envs=8, num_workers=2, seed=5) as serial:
+        assert serial.envs_per_unit == 2 and len(serial.blocks[0].units) == 2
+        serial_trace, serial_stats = _run(serial, actions, seed=5)
+    with pv.make(_cartpole_pair, backend="multiprocessing", num_envs=8, num_workers=2,
+                 seed=5) as multi:
+        multi_trace, multi_stats = _run(multi, actions, seed=5)
+    _assert_same(serial_trace, multi_trace)
+    assert serial_stats == multi_stats and serial_stats.count > 0
+    assert serial_stats.mean["episode_length"] <= 30
+    with pytest.raises(ValueError, match="multiple of the 2 instances"):
+        pv.make(_cartpole_pair, backend="serial", num_envs=3)

@@ -33,6 +33,9 @@ def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 
 
     env: a registered native env name, or a zero-arg callable returning a
         Gymnasium env, a PettingZoo ParallelEnv or a native Peregrine env.
+        num_envs counts env instances: a callable returning a native batch
+        of M instances is called num_envs / M times (its results are copied
+        into the shared rows; pass the name instead for zero-copy).
     backend: "native" (one native batch, its C loop split over `num_threads`
         threads; names only), "serial" (blocks stepped in this process) or
         "multiprocessing" (one process per worker over shared memory).

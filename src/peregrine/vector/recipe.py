@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..envs.native_env import EpisodeStats
 from ..registry import env_class
-from .common import merge_stats, slice_buffers, unit_seed
+from .common import merge_stats, unit_seed
 from .emulation import emulate
 
 
@@ -130,4 +130,4 @@ class Block:
             unit.close()
 
 
-__all__ = ["EnvRecipe", "Block", "slice_buffers"]
+__all__ = ["EnvRecipe", "Block"]
