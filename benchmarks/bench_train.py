@@ -1,0 +1,257 @@
+"""Training benchmark: CartPole solve time over seeds, training SPS, GAE cost, SB3 beside.
+
+    .venv/bin/python benchmarks/bench_train.py                 # everything (a few minutes)
+    .venv/bin/python benchmarks/bench_train.py --seeds 1 2 3 --skip-sb3
+    .venv/bin/python benchmarks/bench_train.py --only throughput --json out.json
+
+Parts:
+  solve       the shipped CartPole config on each seed until the mean return of
+              the most recent episodes (at least 20, whole updates) reaches 475:
+              steps, training wall time and process CPU time at that point.
+  throughput  a throughput-oriented CartPole config (4096 envs, one big-batch
+              epoch): training SPS over a fixed number of steps, with the
+              env / forward / learn split, and the return it reached.
+  gae         GAE as a reverse loop over time with all rows per step: the
+              NumPy loop compute_gae uses on CPU against the same loop in
+              torch ops (its path on other devices), per call.
+  sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
+              (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
+              linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
+              solve criterion over its last 20 episodes, when installed.
+
+"Training time" is the trainer's own rollout + learning time: it excludes
+imports, env creation and checkpoint writing. The machine named in the output
+may be shared; CPU seconds are given beside wall seconds for that reason.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+from peregrine.train.config import load_config  # noqa: E402
+from peregrine.train.ppo import Trainer, compute_gae  # noqa: E402
+
+
+def torch_gae(rewards, values, dones, last_value, gamma, lam, out):
+    """The torch path of compute_gae (used off-CPU), timed here on CPU."""
+    not_done = 1.0 - dones.float()
+    next_values = torch.cat([values[1:], last_value.unsqueeze(0)], 0)
+    deltas = rewards + gamma * next_values * not_done - values
+    decay = (gamma * lam) * not_done
+    out[-1] = deltas[-1]
+    for t in range(len(rewards) - 2, -1, -1):
+        torch.addcmul(deltas[t], decay[t], out[t + 1], out=out[t])
+    return out
+
+SOLVE_RETURN = 475.0
+THROUGHPUT = [("vec.num_envs", 4096), ("vec.num_threads", 1), ("train.horizon", 16),
+              ("train.update_epochs", 1), ("train.minibatch_size", 16384),
+              ("train.learning_rate", 3e-3), ("train.torch_threads", 1),
+              ("policy.hidden_size", 32)]
+
+
+def solve_run(seed: int, cap: int, overrides=()) -> dict:
+    config = load_config("cartpole", overrides=[("train.seed", seed), ("train.total_steps", cap),
+                                                *overrides])
+    trainer = Trainer(config)
+    try:
+        solved = None
+        while not trainer.done:
+            record = trainer.update()
+            if record["recent_return"] is not None and record["recent_return"] >= SOLVE_RETURN:
+                solved = record
+                break
+        return {"seed": seed, "solved": solved is not None,
+                "steps": trainer.global_step, "seconds": trainer.elapsed,
+                "cpu_seconds": trainer.cpu_seconds, "sps": trainer.global_step / trainer.elapsed,
+                "recent_return": trainer.recent_return()}
+    finally:
+        trainer.close()
+
+
+def throughput_run(steps: int, overrides=()) -> dict:
+    config = load_config("cartpole", overrides=[*THROUGHPUT, ("train.total_steps", steps),
+                                                *overrides])
+    trainer = Trainer(config)
+    try:
+        trainer.update()  # warm-up update, not counted
+        start_steps, start_time, start_cpu = trainer.global_step, trainer.elapsed, trainer.cpu_seconds
+        split = {"env": 0.0, "forward": 0.0, "learn": 0.0}
+        while not trainer.done:
+            record = trainer.update()
+            for key in split:
+                split[key] += record["time_split"][key]
+        seconds = trainer.elapsed - start_time
+        total = sum(split.values())
+        return {"config": dict(THROUGHPUT), "steps": trainer.global_step - start_steps,
+                "seconds": seconds, "cpu_seconds": trainer.cpu_seconds - start_cpu,
+                "sps": (trainer.global_step - start_steps) / seconds,
+                "split": {k: v / total for k, v in split.items()},
+                "recent_return": trainer.recent_return()}
+    finally:
+        trainer.close()
+
+
+def gae_timing(shapes=((32, 32), (16, 4096), (128, 4096))) -> list[dict]:
+    results = []
+    rng = np.random.default_rng(0)
+    for T, N in shapes:
+        r = rng.normal(size=(T, N)).astype(np.float32)
+        v = rng.normal(size=(T, N)).astype(np.float32)
+        d = (rng.random((T, N)) < 0.05)
+        last = rng.normal(size=N).astype(np.float32)
+        tr, tv, td, tl = map(torch.from_numpy, (r, v, d, last))
+        out = torch.empty_like(tr)
+        timings = {}
+        for name, call in (("torch", lambda: torch_gae(tr, tv, td, tl, 0.99, 0.95, out)),
+                           ("numpy", lambda: compute_gae(tr, tv, td, tl, 0.99, 0.95, out=out))):
+            call()
+            repeats = max(5, int(2e6 // (T * N)))
+            start = time.perf_counter()
+            for _ in range(repeats):
+                call()
+            timings[name] = (time.perf_counter() - start) / repeats * 1e6
+        np.testing.assert_allclose(compute_gae(tr, tv, td, tl, 0.99, 0.95).numpy(),
+                                   torch_gae(tr, tv, td, tl, 0.99, 0.95, torch.empty_like(tr)),
+                                   rtol=1e-4, atol=1e-4)
+        results.append({"horizon": T, "rows": N, "torch_us": timings["torch"],
+                        "numpy_us": timings["numpy"]})
+    return results
+
+
+def sb3_run(seed: int, cap: int) -> dict | None:
+    try:
+        import gymnasium as gym
+        from stable_baselines3 import PPO
+        from stable_baselines3.common.callbacks import BaseCallback
+        from stable_baselines3.common.env_util import make_vec_env
+    except ImportError:
+        return None
+
+    def linear(initial):
+        return lambda progress: progress * initial
+
+    class SolveCallback(BaseCallback):
+        def __init__(self):
+            super().__init__()
+            self.returns: list[float] = []
+            self.solved_at = None
+
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    self.returns.append(info["episode"]["r"])
+            if len(self.returns) >= 20 and np.mean(self.returns[-20:]) >= SOLVE_RETURN:
+                self.solved_at = self.num_timesteps
+                return False
+            return True
+
+    env = make_vec_env(lambda: gym.make("CartPole-v1"), n_envs=8, seed=seed)
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98,
+                n_epochs=20, ent_coef=0.0, learning_rate=linear(1e-3), clip_range=linear(0.2),
+                seed=seed, device="cpu", verbose=0)
+    callback = SolveCallback()
+    start, cpu_start = time.perf_counter(), time.process_time()
+    model.learn(total_timesteps=cap, callback=callback)
+    seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    steps = callback.solved_at or model.num_timesteps
+    env.close()
+    return {"seed": seed, "solved": callback.solved_at is not None, "steps": steps,
+            "seconds": seconds, "cpu_seconds": cpu, "sps": model.num_timesteps / seconds,
+            "recent_return": float(np.mean(callback.returns[-20:])) if callback.returns else None}
+
+
+def summarize(runs: list[dict]) -> dict:
+    solved = [r for r in runs if r["solved"]]
+    out = {"solved": f"{len(solved)}/{len(runs)}"}
+    for key in ("steps", "seconds", "cpu_seconds", "sps"):
+        values = [r[key] for r in solved] if key != "sps" else [r[key] for r in runs]
+        if values:
+            out[f"{key}_median"] = statistics.median(values)
+            out[f"{key}_max"] = max(values)
+    return out
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
+    parser.add_argument("--throughput-steps", type=int, default=4_000_000)
+    parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3"], nargs="+")
+    parser.add_argument("--skip-sb3", action="store_true")
+    parser.add_argument("--json", help="write all results to this file")
+    args = parser.parse_args(argv)
+    parts = set(args.only or ["solve", "throughput", "gae", "sb3"])
+    if args.skip_sb3:
+        parts.discard("sb3")
+    torch.set_num_threads(1)
+    results = {"machine": {"processor": platform.processor() or platform.machine(),
+                           "cpus": os.cpu_count(), "python": platform.python_version(),
+                           "torch": torch.__version__,
+                           "load_average": os.getloadavg() if hasattr(os, "getloadavg") else None}}
+    print(f"# machine: {results['machine']}", flush=True)
+
+    if "solve" in parts:
+        runs = []
+        for seed in args.seeds:
+            run = solve_run(seed, args.cap)
+            runs.append(run)
+            print(f"peregrine seed {seed}: solved={run['solved']} steps={run['steps']:,} "
+                  f"train {run['seconds']:.2f} s wall / {run['cpu_seconds']:.2f} s CPU, "
+                  f"{run['sps']:,.0f} SPS", flush=True)
+        results["peregrine_solve"] = {"runs": runs, "summary": summarize(runs)}
+    if "sb3" in parts:
+        runs = []
+        for seed in args.seeds:
+            run = sb3_run(seed, args.cap)
+            if run is None:
+                print("sb3: stable-baselines3 not installed; skipped")
+                break
+            runs.append(run)
+            print(f"sb3 seed {seed}: solved={run['solved']} steps={run['steps']:,} "
+                  f"train {run['seconds']:.2f} s wall / {run['cpu_seconds']:.2f} s CPU, "
+                  f"{run['sps']:,.0f} SPS", flush=True)
+        if runs:
+            results["sb3_solve"] = {"runs": runs, "summary": summarize(runs)}
+    if "throughput" in parts:
+        run = throughput_run(args.throughput_steps)
+        results["throughput"] = run
+        print(f"throughput: {run['sps']:,.0f} SPS over {run['steps']:,} steps "
+              f"({run['seconds']:.2f} s wall, {run['cpu_seconds']:.2f} s CPU), split "
+              f"{ {k: round(v, 3) for k, v in run['split'].items()} }, "
+              f"recent return {run['recent_return']}", flush=True)
+    if "gae" in parts:
+        results["gae"] = gae_timing()
+        for row in results["gae"]:
+            print(f"gae T={row['horizon']} rows={row['rows']}: torch {row['torch_us']:.0f} us, "
+                  f"numpy {row['numpy_us']:.0f} us", flush=True)
+
+    print()
+    print("| trainer | solved | median steps | max steps | median train s (wall) "
+          "| median CPU s | median SPS |")
+    print("|---|---|---|---|---|---|---|")
+    for key, label in (("peregrine_solve", "Peregrine PPO, shipped config"),
+                       ("sb3_solve", "SB3 PPO, RL-Zoo hyperparameters")):
+        if key in results:
+            s = results[key]["summary"]
+            print(f"| {label} | {s['solved']} | {s.get('steps_median', 0):,.0f} | "
+                  f"{s.get('steps_max', 0):,.0f} | {s.get('seconds_median', 0):.2f} | "
+                  f"{s.get('cpu_seconds_median', 0):.2f} | {s.get('sps_median', 0):,.0f} |")
+    if args.json:
+        with open(args.json, "w") as handle:
+            json.dump(results, handle, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
