@@ -14,8 +14,8 @@ import numpy as np
 from ..envs.native_env import BUFFER_NAMES, Buffers, EpisodeStats, resolve_seed
 
 __all__ = ["BUFFER_NAMES", "Buffers", "EpisodeStats", "resolve_seed", "unit_seed",
-           "check_count", "merge_stats", "stats_to_sums", "slice_buffers", "buffers_layout",
-           "available_cores"]
+           "check_count", "merge_stats", "merge_sums", "stats_to_sums", "slice_buffers",
+           "buffers_layout", "available_cores"]
 
 _SEED_STRIDE = 0x9E3779B97F4A7C15  # odd: distinct units get distinct seeds mod 2**64
 

@@ -98,7 +98,8 @@ class _Unit:
         self.observation_space = batch_space(observation_space, self.num_agents)
         self.action_space = batch_space(action_space, self.num_agents)
         layout = buffers_layout(self.num_agents, observation_space, action_space)
-        self.buffers = Buffers.allocate(layout) if buffers is None else Buffers.check(buffers, layout)
+        self.buffers = (Buffers.allocate(layout) if buffers is None
+                        else Buffers.check(buffers, layout))
         for name in BUFFER_NAMES:
             setattr(self, name, getattr(self.buffers, name))
         self.masks[:] = True

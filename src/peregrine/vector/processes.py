@@ -266,6 +266,9 @@ class _Resources:
 
 
 class Multiprocessing(VectorBase):
+    """`num_workers` processes, each stepping `num_envs / num_workers` envs in
+    its rows of one shared-memory segment (see the module docstring)."""
+
     def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
                  batch_size=None, seed=None, overwork: bool = False,
                  start_method: str = "spawn"):

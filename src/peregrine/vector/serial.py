@@ -14,6 +14,8 @@ from .recipe import EnvRecipe
 
 
 class Serial(VectorBase):
+    """`num_workers` blocks of `num_envs / num_workers` envs, stepped in turn."""
+
     def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
                  batch_size=None, seed=None):
         facts = recipe.probe()

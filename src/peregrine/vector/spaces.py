@@ -41,7 +41,8 @@ def _leaf_bounds(leaf):
     if isinstance(leaf, spaces.Box):
         return leaf.shape, leaf.low.ravel().astype(np.float64), leaf.high.ravel().astype(np.float64)
     if isinstance(leaf, spaces.Discrete):
-        return (), np.array([leaf.start], np.float64), np.array([leaf.start + leaf.n - 1], np.float64)
+        start = float(leaf.start)
+        return (), np.array([start]), np.array([start + int(leaf.n) - 1])
     if isinstance(leaf, spaces.MultiDiscrete):
         start = np.broadcast_to(leaf.start, leaf.nvec.shape).ravel().astype(np.float64)
         return leaf.shape, start, start + leaf.nvec.ravel() - 1
