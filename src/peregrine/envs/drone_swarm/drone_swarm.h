@@ -491,36 +491,38 @@ DS_KERNEL static void ds_features_soa(const Env *env, size_t n, float r_comm,
     }
 }
 
-/* The drone-drone pass over full rows (each pair is seen from both ends, so
- * the inner loop is a plain vectorizable reduction): per drone a, live
- * neighbours within r_comm, the squared distance to the nearest live
- * neighbour (+inf if none) and a's adjacency bits (both live, within r_comm).
- * d2(a, b) and d2(b, a) are the same float. The minimum is taken on the float
- * bit patterns as integers (monotonic for d2 >= 0), which vectorizes where a
- * float min reduction would not; the result is the same float. */
-DS_KERNEL static void ds_pair_rows(size_t n, const float *restrict x, const float *restrict y,
-                                   const int32_t *restrict alive, float r2,
-                                   int32_t *restrict count_out, float *restrict nearest2_out,
-                                   uint64_t *restrict adjacency_out) {
+/* The drone-drone pass, column by column: for each drone b, every drone a
+ * gets d2(a, b) in one elementwise (vectorizable) sweep, so nothing needs a
+ * horizontal reduction. Per drone a: live neighbours within r_comm, the
+ * squared distance to the nearest live neighbour (+inf if none) and its
+ * adjacency bits (both live, within r_comm). d2(a, b) = (x_a - x_b)^2 +
+ * (y_a - y_b)^2, the same float seen from either end. The minimum is kept on
+ * the float bit patterns as integers (monotonic for d2 >= 0): same result,
+ * integer min vectorizes without -ffinite-math-only. */
+DS_KERNEL static void ds_pair_columns(size_t n, const float *restrict x, const float *restrict y,
+                                      const int32_t *restrict alive, float r2,
+                                      int32_t *restrict count, int32_t *restrict nearest2_bits,
+                                      uint64_t *restrict adjacency) {
     for (size_t a = 0; a < n; a++) {
-        const float xa = x[a], ya = y[a];
-        int32_t count = 0, best = 0x7F800000; /* +inf */
-        uint64_t bits = 0;
-        for (size_t b = 0; b < n; b++) {
-            float dx = xa - x[b], dy = ya - y[b];
+        count[a] = 0;
+        nearest2_bits[a] = 0x7F800000; /* +inf */
+        adjacency[a] = 0;
+    }
+    for (size_t b = 0; b < n; b++) {
+        const float xb = x[b], yb = y[b];
+        const int32_t alive_b = alive[b];
+        for (size_t a = 0; a < n; a++) {
+            float dx = x[a] - xb, dy = y[a] - yb;
             float d2 = dx * dx + dy * dy;
             int32_t d2_bits;
             memcpy(&d2_bits, &d2, sizeof d2_bits);
-            int32_t valid = alive[b] & (b != a);
+            int32_t valid = alive_b & (a != b);
             int32_t linked = valid & (d2 <= r2);
-            count += linked;
+            count[a] += linked;
             int32_t candidate = valid ? d2_bits : 0x7F800000;
-            best = candidate < best ? candidate : best;
-            bits |= (uint64_t)linked << b;
+            nearest2_bits[a] = candidate < nearest2_bits[a] ? candidate : nearest2_bits[a];
+            adjacency[a] |= (uint64_t)(linked & alive[a]) << b;
         }
-        count_out[a] = count;
-        memcpy(&nearest2_out[a], &best, sizeof best);
-        adjacency_out[a] = alive[a] ? bits : 0;
     }
 }
 
@@ -592,10 +594,11 @@ DS_KERNEL static void ds_rewards(const Env *env, size_t n, float share,
 static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
                             float *nearest2, uint64_t *adjacency) {
     const int n = env->n;
-    int32_t alive_flag[DS_MAX_DRONES];
+    int32_t alive_flag[DS_MAX_DRONES], nearest2_bits[DS_MAX_DRONES];
     for (int d = 0; d < n; d++) alive_flag[d] = (int32_t)((alive >> d) & 1);
-    ds_pair_rows((size_t)n, env->x + (size_t)i * n, env->y + (size_t)i * n, alive_flag, r2,
-                 count, nearest2, adjacency);
+    ds_pair_columns((size_t)n, env->x + (size_t)i * n, env->y + (size_t)i * n, alive_flag, r2,
+                    count, nearest2_bits, adjacency);
+    memcpy(nearest2, nearest2_bits, (size_t)n * sizeof(float));
 }
 
 /* Base links: live drones within r_comm of the base. */
