@@ -12,7 +12,7 @@ the other cores are, and CartPole is measured in the same run as a
 reference point. Baselines: `scripted.evaluate` plays the first episode of
 `--episodes` instances (seed `--seed`) with the masked-random policy and the
 scripted trader; with `--checkpoint`, a trained policy too (its argmax action,
-and its argmax over the valid actions only), always on the default game
+its argmax over the valid actions only, and a sample from it as in training), always on the default game
 (no shaping), whatever config it was trained with.
 """
 from __future__ import annotations
@@ -67,7 +67,15 @@ def checkpoint_policies(path: str) -> dict:
         logits = logits.masked_fill(~torch.as_tensor(action_mask(observations)), float("-inf"))
         return logits.argmax(-1).numpy().astype(np.int32)
 
-    return {"trained": actor, "trained+mask": masked}
+    generator = torch.Generator().manual_seed(0)
+
+    @torch.no_grad()
+    def sampled(observations):
+        logits, _values, _ = actor.policy.heads(torch.as_tensor(observations))
+        probabilities = torch.softmax(logits, dim=-1)
+        return torch.multinomial(probabilities, 1, generator=generator)[:, 0].numpy().astype(np.int32)
+
+    return {"trained": actor, "trained+mask": masked, "trained sampled": sampled}
 
 
 def main() -> None:
@@ -104,7 +112,7 @@ def main() -> None:
             baselines[name] = evaluate(policy, args.episodes, args.seed)
     for name, result in baselines.items():
         stats = result["env_stats"]
-        print(f"{name:>12}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
+        print(f"{name:>15}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
               f"over {result['episodes']} first episodes (seed {args.seed}); length "
               f"{result['length_mean']:.0f}, credits {result['credits_mean']:.0f}, destroyed "
               f"{result['destroyed_rate']:.1%}, out of fuel {result['out_of_fuel_rate']:.1%}; "

@@ -99,12 +99,6 @@ class Prospector(NativeEnv):
                              f"must be <= ore_max = {resolved['ore_max']!r}")
         return resolved
 
-    def observation_bounds(self):
-        low = np.full(OBS_DIM, -np.inf, np.float32)
-        high = np.full(OBS_DIM, np.inf, np.float32)
-        low[OBS_MASK], high[OBS_MASK] = 0.0, 1.0
-        return low, high
-
     def action_mask(self) -> np.ndarray:
         """Valid actions for the current observations, (num_agents, 69) bool."""
         return action_mask(self.observations)
