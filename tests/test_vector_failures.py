@@ -15,7 +15,7 @@ import pytest
 import peregrine.vector as pv
 
 from test_vector_helpers import (FlakyEnv, fails_in_worker, gym_cartpole, pid_alive,
-                                 shm_segments)
+                                 shm_segments, slow_cartpole)
 
 pytestmark = pytest.mark.timeout(60)  # a hang fails the test instead of the suite
 TESTS_DIR = os.path.dirname(__file__)
@@ -125,6 +125,40 @@ def test_exception_while_creating_envs_in_worker():
         pv.make(fails_in_worker, backend="multiprocessing", num_envs=2, num_workers=2)
     gc.collect()
     assert shm_segments() == before
+
+
+def _interrupt_after(seconds):
+    def raise_interrupt(signum, frame):
+        raise KeyboardInterrupt
+    previous = signal.signal(signal.SIGALRM, raise_interrupt)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    return previous
+
+
+def test_caught_ctrl_c_mid_step_leaves_the_env_usable():
+    """A trainer catching Ctrl-C (to save a checkpoint) can still talk to the
+    workers: the interrupted step is waited for before the next command."""
+    with pv.make(slow_cartpole, backend="multiprocessing", num_envs=2, num_workers=2,
+                 seed=0) as env:
+        env.reset(seed=0)
+        previous = _interrupt_after(0.05)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                env.step(np.zeros(2, np.int32))
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        assert env.episode_stats().count == 0  # waits for the step, then asks
+        previous = _interrupt_after(0.05)
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                env.reset(seed=1)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        observations, rewards, *_ = env.step(np.ones(2, np.int32))  # replies stay in step
+        assert rewards.tolist() == [1.0, 1.0]
+        assert env.episode_stats().count == 0
 
 
 _LOOP = textwrap.dedent("""

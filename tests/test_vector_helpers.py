@@ -171,3 +171,21 @@ def slow_in_worker_1():
             return step(action)
         env.step = slow_step
     return env
+
+
+def slow_cartpole():
+    """CartPole taking 0.2 s per step and reset: time to interrupt the parent."""
+    import time
+
+    env = gym_cartpole()
+    step, reset = env.step, env.reset
+
+    def slow_step(action):
+        time.sleep(0.2)
+        return step(action)
+
+    def slow_reset(**kwargs):
+        time.sleep(0.2)
+        return reset(**kwargs)
+    env.step, env.reset = slow_step, slow_reset
+    return env

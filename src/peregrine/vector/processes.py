@@ -210,6 +210,20 @@ def _handle(block, message):
 
 # ---- the parent ----------------------------------------------------------------
 
+class _sigint_deferred:
+    """Blocks SIGINT in the main thread for a short critical section; a Ctrl-C
+    arriving meanwhile is delivered (as KeyboardInterrupt) right after it."""
+
+    def __enter__(self):
+        self.active = threading.current_thread() is threading.main_thread()
+        if self.active:
+            self.previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+
+    def __exit__(self, *exc):
+        if self.active:
+            signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
+
+
 class _Resources:
     """Everything that must be freed, reachable without the vector env (for GC)."""
 
@@ -297,6 +311,8 @@ class Multiprocessing(VectorBase):
             flag[0] = STARTING
         self._connections, self._processes, self._wakes = [], [], []
         self._pending_reply = [False] * self.num_workers
+        self._all_workers = list(range(self.num_workers))
+        self._unsettled = []     # workers of an interrupted synchronous command
         self._inflight = []      # workers sent work whose result was not yet seen
         self._ready = []         # finished workers not yet returned by recv, in finish order
         self._batch = None       # workers returned by the last recv
@@ -420,22 +436,43 @@ class Multiprocessing(VectorBase):
         if not self._finalizer.alive:
             raise RuntimeError("the vector env is closed")
 
-    def _message_all(self, message):
-        """Sends `message` to every worker (after in-flight work ends); returns replies."""
+    def _message(self, workers, message):
+        """Sends `message` to `workers` (after earlier work ends); returns their replies."""
         self._ensure_open()
         self._settle()
         self._replies = {}
-        for worker in range(self.num_workers):
-            self._connections[worker].send(message)
-            self._pending_reply[worker] = True
-            self._flags[worker][0] = MESSAGE
-            self._wakes[worker].release()
-        self._wait(list(range(self.num_workers)))
-        return [self._replies[w] for w in range(self.num_workers)]
+        self._unsettled = list(workers)
+        # A Ctrl-C between a pipe write and its flag would desynchronise the
+        # pipe from the flags: hold SIGINT back for those few microseconds.
+        with _sigint_deferred():
+            for worker in workers:
+                self._connections[worker].send(message)
+                self._pending_reply[worker] = True
+                self._flags[worker][0] = MESSAGE
+                self._wakes[worker].release()
+        self._finish(workers)
+        return [self._replies[w] for w in workers]
 
-    def _settle(self):
-        """Waits for in-flight workers; their results stay queued for recv."""
-        if self._inflight:
+    def _message_all(self, message):
+        return self._message(range(self.num_workers), message)
+
+    def _finish(self, workers):
+        """Waits for a synchronous command. If the wait is interrupted (Ctrl-C
+        caught by the caller), `_unsettled` keeps the workers so the next
+        command first waits for them and drops their replies."""
+        try:
+            self._wait(workers)
+        except WorkerError:
+            self._unsettled = []  # _wait raises only once every worker is done
+            raise
+        self._unsettled = []
+
+    def _settle(self, include_async: bool = True):
+        """Waits for all outstanding work: replies of interrupted commands are
+        dropped, results of asynchronous steps stay queued for recv."""
+        if self._unsettled:
+            self._finish(self._unsettled)
+        if include_async and self._inflight:
             finished = self._wait(self._inflight)
             self._ready.extend(finished)
             self._inflight = []
@@ -451,13 +488,17 @@ class Multiprocessing(VectorBase):
             raise ValueError(f"step() steps every env; with batch_size ({self.batch_size}) < "
                              f"num_envs ({self.num_envs}) use send() and recv()")
         self._ensure_open()
+        if self._unsettled:
+            self._settle()
         if actions is not self.actions:
             self._check_actions(actions, self.num_agents)
             self.actions[...] = actions
+        workers = self._all_workers
+        self._unsettled = workers
         for flag, wake in zip(self._flags, self._wakes):
             flag[0] = STEP
             wake.release()
-        self._wait(range(self.num_workers))
+        self._finish(workers)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     # ---- the asynchronous interface ------------------------------------------------------
@@ -471,6 +512,8 @@ class Multiprocessing(VectorBase):
         self._ensure_open()
         if self._batch is None:
             raise RuntimeError("send() must follow recv() (call async_reset() then recv() first)")
+        if self._unsettled:
+            self._settle(include_async=False)
         batch, self._batch = self._batch, None
         rows = len(batch) * self.rows_per_worker
         if self._contiguous(batch):
@@ -482,10 +525,10 @@ class Multiprocessing(VectorBase):
         else:
             self._check_actions(actions, rows)
             self.actions[self._rows(batch)] = actions
+        self._inflight.extend(batch)  # first: an interrupted loop below loses nothing
         for worker in batch:
             self._flags[worker][0] = STEP
             self._wakes[worker].release()
-        self._inflight.extend(batch)
 
     def recv(self):
         """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
@@ -494,6 +537,8 @@ class Multiprocessing(VectorBase):
         self._ensure_open()
         if self._batch is not None:
             raise RuntimeError("recv() was called twice without send() in between")
+        if self._unsettled:
+            self._settle(include_async=False)
         need = self.workers_per_batch - len(self._ready)
         if need > 0:
             if need > len(self._inflight):
@@ -543,16 +588,8 @@ class Multiprocessing(VectorBase):
         return merge_sums(self._message_all(("stats", bool(clear))))
 
     def _message_one(self, worker: int, message):
-        """Sends `message` to one worker (after in-flight work ends); returns its reply."""
-        self._ensure_open()
-        self._settle()
-        self._replies = {}
-        self._connections[worker].send(message)
-        self._pending_reply[worker] = True
-        self._flags[worker][0] = MESSAGE
-        self._wakes[worker].release()
-        self._wait([worker])
-        return self._replies[worker]
+        """Sends `message` to one worker (after earlier work ends); returns its reply."""
+        return self._message([worker], message)[0]
 
     def _raise_in_worker(self, worker: int, text: str = "test exception"):
         """Makes `worker` raise inside its loop (for tests of error propagation)."""
