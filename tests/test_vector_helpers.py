@@ -54,7 +54,13 @@ class NestedEnv(gymnasium.Env):
         return self._obs(), reward, self.t >= self.length, False, {}
 
 
-class Squad:
+try:  # a real ParallelEnv when PettingZoo is installed; duck-typed otherwise
+    from pettingzoo import ParallelEnv as _ParallelBase
+except ImportError:  # pragma: no cover
+    _ParallelBase = object
+
+
+class Squad(_ParallelBase):
     """A PettingZoo ParallelEnv with agents that leave at different times.
 
     Agent i (of 3) terminates after i + 2 steps; the episode truncates after
