@@ -46,6 +46,8 @@ class VectorBase:
         self.observation_space = batch_space(self.single_observation_space, self.num_agents)
         self.action_space = batch_space(self.single_action_space, self.num_agents)
         self.stat_names = facts["stat_names"]
+        self.name = recipe.name
+        self.config = facts["config"]  # the resolved env config (registered envs)
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
         self._action_dtype = np.dtype(self.single_action_space.dtype)
         action_space = self.single_action_space

@@ -57,7 +57,8 @@ class EnvRecipe:
                     "single_action_space": unit.single_action_space,
                     "agents_per_env": int(unit.agents_per_env),
                     "envs_per_unit": 1 if self.is_native else int(unit.num_envs),
-                    "stat_names": tuple(unit.stat_names)}
+                    "stat_names": tuple(unit.stat_names),
+                    "config": dict(getattr(unit, "config", {})) if self.is_native else {}}
         finally:
             unit.close()
 
