@@ -55,7 +55,9 @@ PARITY_CONFIGS = {
     "obs_n_nearest_0": ({"obs_n_nearest": 0, "max_steps": 150}, 3),
     "obs_n_nearest_8": ({"obs_n_nearest": 8, "r_sense": 40.0, "max_steps": 150}, 3),
     "n_drones_1": ({"n_drones": 1, "max_steps": 150}, 4),
-    "n_drones_64": ({"n_drones": 64, "n_victims": 128, "obs_n_nearest": 16, "max_steps": 40}, 2),
+    # 18 instances of 64 drones span two of the C step's 1024-drone blocks
+    "n_drones_64": ({"n_drones": 64, "n_victims": 128, "obs_n_nearest": 16, "max_steps": 25}, 18),
+    "many_blocks": ({"max_steps": 30}, 300),
     "link_drops": ({"p_comm_drop": 0.3, "max_steps": 150}, 3),
     "randomised": ({"randomise": 1, "max_steps": 150}, 4),
     "batteries_run_out": ({"c_idle": 0.02, "max_steps": 200}, 3),

@@ -38,6 +38,7 @@
 #define DS_MAX_DRONES 64
 #define DS_MAX_VICTIMS 128
 #define DS_MAX_NEAREST 16
+#define DS_BLOCK_DRONES 1024 /* drones per block of a step (see env_step) */
 #define DS_MAX_CELLS_PER_SIDE 128
 #define DS_DRONE_SPAWN_TRIES 64
 #define DS_VICTIM_SPAWN_TRIES 256
@@ -399,10 +400,11 @@ static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     return upper < lo ? lo : upper;
 }
 
-/* Phase 1-2 for the drones of one instance, branch-free so it vectorizes
- * (AVX2 clone where the CPU has it): actions -> velocity, position, battery,
- * cell index, scan/active flags. Dividing by max(norm, 1) leaves in-disc
- * velocities exact (x / 1 == x) without a data-dependent branch. */
+/* Phases 1-2 for n <= DS_BLOCK_DRONES consecutive drone rows (any number of
+ * instances), branch-free so it vectorizes (AVX2 clone where the CPU has
+ * it): actions -> velocity, position, battery, cell index, scan/active
+ * flags. Dividing by max(norm, 1) leaves in-disc velocities exact (x / 1 ==
+ * x) without a data-dependent branch. */
 DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict actions,
                                    float *restrict x, float *restrict y,
                                    float *restrict battery, float *restrict speed2,
@@ -413,7 +415,7 @@ DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict ac
     const float cell_size = env->cell_size;
     const int last = env->cells_per_side - 1, side = env->cells_per_side;
     /* de-interleave first: GCC does not vectorize the stride-3 loads below */
-    float in_x[DS_MAX_DRONES], in_y[DS_MAX_DRONES], in_scan[DS_MAX_DRONES];
+    float in_x[DS_BLOCK_DRONES], in_y[DS_BLOCK_DRONES], in_scan[DS_BLOCK_DRONES];
     for (size_t d = 0; d < n; d++) {
         in_x[d] = actions[3 * d + 0];
         in_y[d] = actions[3 * d + 1];
@@ -452,42 +454,40 @@ DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict ac
     }
 }
 
-/* Observation features 0..9 of n drones into feature-major scratch
- * features[f * DS_MAX_DRONES + d] (vectorizes; the caller transposes). */
-DS_KERNEL static void ds_features_soa(const Env *env, size_t n, float r_comm,
-                                           const float *restrict x, const float *restrict y,
-                                           const float *restrict battery,
-                                           const float *restrict connected,
-                                           const int32_t *restrict age,
-                                           const int32_t *restrict count,
-                                           const float *restrict nearest2,
-                                           float *restrict features) {
+/* Observation features 0..9 of `count` consecutive drone rows (any number of
+ * instances; r_comm is per drone because it is per episode), written straight
+ * into the rows (stride dim). Vectorizes across drones. */
+DS_KERNEL static void ds_features(const Env *env, size_t count, const float *restrict r_comm,
+                                  const float *restrict x, const float *restrict y,
+                                  const float *restrict battery,
+                                  const float *restrict connected,
+                                  const int32_t *restrict age,
+                                  const int32_t *restrict neighbours,
+                                  const float *restrict nearest2, float *restrict obs,
+                                  size_t dim) {
     const float size = env->world_size, bx = env->base_x, by = env->base_y;
     const float max_steps = (float)env->max_steps;
-    const float neighbour_scale = n > 1 ? (float)(n - 1) : 1.0f;
-    const float neighbour_on = n > 1 ? 1.0f : 0.0f;
-    float *f0 = features, *f1 = f0 + DS_MAX_DRONES, *f2 = f1 + DS_MAX_DRONES;
-    float *f3 = f2 + DS_MAX_DRONES, *f4 = f3 + DS_MAX_DRONES, *f5 = f4 + DS_MAX_DRONES;
-    float *f6 = f5 + DS_MAX_DRONES, *f7 = f6 + DS_MAX_DRONES, *f8 = f7 + DS_MAX_DRONES;
-    float *f9 = f8 + DS_MAX_DRONES;
-    for (size_t d = 0; d < n; d++) {
+    const float neighbour_scale = env->n > 1 ? (float)(env->n - 1) : 1.0f;
+    const float neighbour_on = env->n > 1 ? 1.0f : 0.0f;
+    for (size_t d = 0; d < count; d++) {
         float px = x[d], py = y[d];
         float dbx = bx - px, dby = by - py;
         float dist = sqrtf(dbx * dbx + dby * dby);
         float safe = dist + (dist > 0.0f ? 0.0f : 1.0f); /* dist, or 1 at the base */
-        float near = sqrtf(nearest2[d]) / r_comm;
+        float near = sqrtf(nearest2[d]) / r_comm[d];
         near = near < 1.0f ? near : 1.0f;
-        f0[d] = ds_clampf(px / size, -1.0f, 1.0f);
-        f1[d] = ds_clampf(py / size, -1.0f, 1.0f);
-        f2[d] = ds_clampf(battery[d], -1.0f, 1.0f);
-        f3[d] = ds_clampf(dist / size, -1.0f, 1.0f);
-        f4[d] = connected[d];
-        f5[d] = ds_clampf((float)age[d] / max_steps, -1.0f, 1.0f);
-        f6[d] = ds_clampf((float)count[d] / neighbour_scale, -1.0f, 1.0f) * neighbour_on;
-        f7[d] = ds_clampf(near, -1.0f, 1.0f);
+        float *row = obs + d * dim;
+        row[0] = ds_clampf(px / size, -1.0f, 1.0f);
+        row[1] = ds_clampf(py / size, -1.0f, 1.0f);
+        row[2] = ds_clampf(battery[d], -1.0f, 1.0f);
+        row[3] = ds_clampf(dist / size, -1.0f, 1.0f);
+        row[4] = connected[d];
+        row[5] = ds_clampf((float)age[d] / max_steps, -1.0f, 1.0f);
+        row[6] = ds_clampf((float)neighbours[d] / neighbour_scale, -1.0f, 1.0f) * neighbour_on;
+        row[7] = ds_clampf(near, -1.0f, 1.0f);
         /* at the base (dist == 0) this is (dbx, dby) / 1 == (0, 0) */
-        f8[d] = ds_clampf(dbx / safe, -1.0f, 1.0f);
-        f9[d] = ds_clampf(dby / safe, -1.0f, 1.0f);
+        row[8] = ds_clampf(dbx / safe, -1.0f, 1.0f);
+        row[9] = ds_clampf(dby / safe, -1.0f, 1.0f);
     }
 }
 
@@ -556,8 +556,9 @@ DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *restrict drone
     }
 }
 
-/* Phase 7 rewards of n drones; every term added in the documented order. */
-DS_KERNEL static void ds_rewards(const Env *env, size_t n, float share,
+/* Phase 7 rewards of n consecutive drone rows (any number of instances); every
+ * term added in the documented order. */
+DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float *restrict share,
                                  const float *restrict speed2, const float *restrict confirmations,
                                  const float *restrict explore, const float *restrict scan_near,
                                  const float *restrict alive, const float *restrict connected,
@@ -576,7 +577,7 @@ DS_KERNEL static void ds_rewards(const Env *env, size_t n, float share,
         dispersion = alive[d] > 0.0f ? dispersion : 0.0f;
         float r = r_time;
         r = r - c_energy * speed2[d];
-        r = r + share;
+        r = r + share[d];
         r = r + r_confirm * confirmations[d];
         r = r + r_explore * explore[d];
         r = r + (scan_near[d] > 0.0f ? r_scan_near : 0.0f);
@@ -634,21 +635,18 @@ static inline uint64_t ds_alive_mask(const Env *env, int i) {
 }
 
 /* The first 10 features of every drone row of instance i; detection slots are
- * left to the caller (zeroed when zero_slots). */
+ * zeroed when zero_slots (reset, set_state). */
 static void ds_write_features(const Env *env, int i, float *obs, const int *count,
                               const float *nearest2, int zero_slots) {
     const int n = env->n, dim = env->obs_dim;
     const size_t od = (size_t)i * n;
-    float features[10 * DS_MAX_DRONES];
-    ds_features_soa(env, (size_t)n, env->ep_r_comm[i], env->x + od, env->y + od,
-                    env->battery + od, env->connected + od, env->age + od, count, nearest2,
-                    features);
-    for (int d = 0; d < n; d++) {
-        float *row = obs + (od + d) * dim;
-        for (int f = 0; f < 10; f++) row[f] = features[f * DS_MAX_DRONES + d];
-        if (zero_slots)
-            for (int s = 10; s < dim; s++) row[s] = 0.0f;
-    }
+    float r_comm[DS_MAX_DRONES];
+    for (int d = 0; d < n; d++) r_comm[d] = env->ep_r_comm[i];
+    ds_features(env, (size_t)n, r_comm, env->x + od, env->y + od, env->battery + od,
+                env->connected + od, env->age + od, count, nearest2, obs + od * dim, (size_t)dim);
+    if (zero_slots)
+        for (int d = 0; d < n; d++)
+            for (int s = 10; s < dim; s++) obs[(od + d) * dim + s] = 0.0f;
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
@@ -818,11 +816,26 @@ DS_NO_MEMSET static void ds_fill_flags(uint8_t *terminals, uint8_t *truncations,
     }
 }
 
-static void ds_step_instance(Env *env, int i) {
+/* Per-block scratch, on the stepping thread's stack (48 KB): per-drone
+ * inputs and outputs of the block-wide passes, indexed by drone within the
+ * block. */
+typedef struct {
+    float speed2[DS_BLOCK_DRONES], explore[DS_BLOCK_DRONES], confirmations[DS_BLOCK_DRONES];
+    float scan_near[DS_BLOCK_DRONES], alive[DS_BLOCK_DRONES], share[DS_BLOCK_DRONES];
+    float r_comm[DS_BLOCK_DRONES], nearest2[DS_BLOCK_DRONES];
+    int32_t cell[DS_BLOCK_DRONES], active[DS_BLOCK_DRONES], scan[DS_BLOCK_DRONES];
+    int32_t neighbours[DS_BLOCK_DRONES];
+    uint8_t terminal[DS_BLOCK_DRONES], truncated[DS_BLOCK_DRONES];
+} DsScratch;
+
+/* Pass 2 of a step, one instance (phases 1-2 already ran for the block):
+ * exploration, connectivity, confirmation, delivery, detections; leaves what
+ * the block-wide rewards/observations pass needs in the scratch rows
+ * (drone j0 .. j0 + n - 1) and the end-of-episode flags. */
+static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     PgBatch *pg = &env->pg;
     const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
-    const float *actions = (const float *)pg->actions + od * 3;
     float *x = env->x + od, *y = env->y + od, *battery = env->battery + od;
     float *vx = env->vx + ov, *vy = env->vy + ov;
     int32_t *status = env->status + ov;
@@ -831,10 +844,9 @@ static void ds_step_instance(Env *env, int i) {
     const float size = env->world_size;
     DS_TICK_START();
 
-    /* 1-2. movement, battery (vectorized), then exploration in drone order */
-    float speed2[DS_MAX_DRONES], explore[DS_MAX_DRONES];
-    int32_t cell[DS_MAX_DRONES], active[DS_MAX_DRONES], scan[DS_MAX_DRONES];
-    ds_move(env, (size_t)n, actions, x, y, battery, speed2, cell, active, scan);
+    /* exploration in drone order (movement and battery ran for the block) */
+    const int32_t *cell = sc->cell + j0, *active = sc->active + j0, *scan = sc->scan + j0;
+    float *explore = sc->explore + j0;
     const int words = env->words64;
     uint64_t *visited = env->visited + (size_t)i * words;
     uint64_t *own = env->own_visited + od * words;
@@ -856,8 +868,8 @@ static void ds_step_instance(Env *env, int i) {
 
     /* 3. connectivity (and the neighbour features from the same pair pass) */
     const float r_comm = env->ep_r_comm[i], r2 = r_comm * r_comm;
-    int count[DS_MAX_DRONES];
-    float nearest2[DS_MAX_DRONES];
+    int *count = sc->neighbours + j0;
+    float *nearest2 = sc->nearest2 + j0;
     uint64_t adjacency[DS_MAX_DRONES];
     ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
     uint64_t base = ds_base_links(env, i, alive, r2);
@@ -995,39 +1007,73 @@ static void ds_step_instance(Env *env, int i) {
     }
     DS_TICK(DS_PH_DETECT);
 
-    /* 7. rewards, observations */
+    /* inputs of the block-wide rewards and observations */
     float share = env->r_found * (float)delivered_now;
     if (env->divide_found) share = share / (float)n;
-    float confirmed_by[DS_MAX_DRONES], near_flag[DS_MAX_DRONES], alive_flag[DS_MAX_DRONES];
     for (int d = 0; d < n; d++) {
-        confirmed_by[d] = (float)confirmations[d];
-        near_flag[d] = (float)((scan_near >> d) & 1);
-        alive_flag[d] = (float)((alive >> d) & 1);
+        sc->confirmations[j0 + d] = (float)confirmations[d];
+        sc->scan_near[j0 + d] = (float)((scan_near >> d) & 1);
+        sc->alive[j0 + d] = (float)((alive >> d) & 1);
+        sc->share[j0 + d] = share;
+        sc->r_comm[j0 + d] = r_comm;
     }
-    ds_rewards(env, (size_t)n, share, speed2, confirmed_by, explore, near_flag, alive_flag,
-               env->connected + od, nearest2, pg->rewards + od, env->returns + od);
     env->step[i]++;
-    ds_write_features(env, i, obs, count, nearest2, 0);
-    DS_TICK(DS_PH_REWARD_OBS);
 
-    /* 8. end of episode */
+    /* 8. end of episode (acted on after the block's observations are written) */
     int all_delivered = 1;
     for (int v = 0; v < m; v++) all_delivered &= status[v] == DS_DELIVERED;
     int terminal = all_delivered | (alive == 0);
-    int truncated = !terminal & (env->step[i] >= env->max_steps);
-    ds_fill_flags(pg->terminals + od, pg->truncations + od, n, (uint8_t)terminal,
-                  (uint8_t)truncated);
+    sc->terminal[b] = (uint8_t)terminal;
+    sc->truncated[b] = (uint8_t)(!terminal & (env->step[i] >= env->max_steps));
+}
+
+/* Pass 4, one instance: flags, and for a finished episode its final
+ * observation, statistics and reset. */
+static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t truncated) {
+    PgBatch *pg = &env->pg;
+    const int n = env->n, dim = env->obs_dim;
+    const size_t od = (size_t)i * n;
+    ds_fill_flags(pg->terminals + od, pg->truncations + od, n, terminal, truncated);
     if (terminal | truncated) {
+        float *obs = (float *)pg->observations;
         memcpy((float *)pg->final_observations + od * dim, obs + od * dim,
                (size_t)n * dim * sizeof(float));
         ds_record_episode(env, i);
         ds_reset_instance(env, i);
     }
-    DS_TICK(DS_PH_END);
 }
 
+/* A step runs block by block (about DS_BLOCK_DRONES drones of consecutive
+ * instances, so the scratch stays in L1/L2): phases 1-2 for every drone of the
+ * block in one vectorized call, then phases 3-6 instance by instance, then
+ * rewards and observations for the whole block in two vectorized calls, then
+ * the ends of episodes. */
 static void env_step(Env *env, int start, int end) {
-    for (int i = start; i < end; i++) ds_step_instance(env, i);
+    PgBatch *pg = &env->pg;
+    const int n = env->n, dim = env->obs_dim;
+    const int per_block = DS_BLOCK_DRONES / n;
+    DsScratch sc;
+    for (int first = start; first < end; first += per_block) {
+        const int last = first + per_block < end ? first + per_block : end;
+        const size_t d0 = (size_t)first * n, count = (size_t)(last - first) * n;
+        DS_TICK_START();
+        ds_move(env, count, (const float *)pg->actions + d0 * 3, env->x + d0, env->y + d0,
+                env->battery + d0, sc.speed2, sc.cell, sc.active, sc.scan);
+        DS_TICK(DS_PH_MOVE);
+        for (int i = first; i < last; i++) ds_core_instance(env, i, &sc, (i - first) * n, i - first);
+#ifdef DS_PROFILE
+        tick_ = __rdtsc();
+#endif
+        ds_rewards(env, count, sc.share, sc.speed2, sc.confirmations, sc.explore, sc.scan_near,
+                   sc.alive, env->connected + d0, sc.nearest2, pg->rewards + d0, env->returns + d0);
+        ds_features(env, count, sc.r_comm, env->x + d0, env->y + d0, env->battery + d0,
+                    env->connected + d0, env->age + d0, sc.neighbours, sc.nearest2,
+                    (float *)pg->observations + d0 * dim, (size_t)dim);
+        DS_TICK(DS_PH_REWARD_OBS);
+        for (int i = first; i < last; i++)
+            ds_end_instance(env, i, sc.terminal[i - first], sc.truncated[i - first]);
+        DS_TICK(DS_PH_END);
+    }
 #ifdef DS_PROFILE
     env->profile_steps += (uint64_t)(end - start);
 #endif
