@@ -124,7 +124,8 @@ class Actor:
         self.state = None
         self.starts = None
 
-    def reset(self) -> None:
+    def reset(self, env=None) -> None:
+        """Forgets recurrent state (new episodes); `env` is accepted and unused."""
         self.state = None
 
     def observe_done(self, terminals, truncations) -> None:
