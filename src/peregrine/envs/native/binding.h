@@ -18,9 +18,10 @@
  * Buffers arrive through the buffer protocol (no NumPy C API, so one build
  * works with NumPy 1.26 and 2.x); their format, size, contiguity and
  * writability are checked here and the views are held for the Batch's life.
- * step() and reset() release the GIL and split the instances across a
- * persistent pool of pthreads; each instance owns its RNG and statistics row,
- * so results are bitwise identical for every thread count.
+ * step() and reset() release the GIL and split the instances into chunks
+ * claimed dynamically by a persistent pool of pthreads (see the thread pool
+ * section); each instance owns its RNG and statistics row, so results are
+ * bitwise identical for every thread count.
  */
 #ifndef PEREGRINE_BINDING_H
 #define PEREGRINE_BINDING_H
@@ -106,7 +107,19 @@ static int pg_read_config(PyObject *seq, double *config) {
     return 0;
 }
 
-/* ---- thread pool --------------------------------------------------------- */
+/* ---- thread pool ---------------------------------------------------------
+ *
+ * A step is cut into chunks of instances that threads claim dynamically: the
+ * calling thread claims chunks too, so if a worker is descheduled (a shared
+ * or oversubscribed machine) the caller simply does that worker's share
+ * instead of waiting for it. A claim is a CAS on a 64-bit ticket holding
+ * (generation << 32 | next chunk), so a worker that wakes late can never take
+ * a chunk of a later step. Each instance owns its RNG and statistics row, so
+ * results do not depend on which thread ran which chunk.
+ *
+ * Idle workers spin for PG_SPIN_SECONDS (back-to-back steps start at once),
+ * then sleep on a condition variable (an idle pool costs no CPU). The caller
+ * waits for in-flight chunks by spinning briefly, then yielding its core. */
 
 typedef struct {
     pthread_t threads[PG_MAX_THREADS];
@@ -116,8 +129,11 @@ typedef struct {
     Env *env;
     int op; /* 0 = step, 1 = reset */
     int num_envs;
+    int chunk_size;
+    int num_chunks;
     atomic_ulong generation;
-    atomic_int remaining;
+    atomic_ullong ticket; /* generation << 32 | next chunk to claim */
+    atomic_int chunks_done;
     atomic_int sleepers;
     atomic_int stop;
     pthread_mutex_t mutex;
@@ -126,18 +142,7 @@ typedef struct {
 
 typedef struct {
     PgPool *pool;
-    int index;
 } PgWorkerArg;
-
-static void pg_range(int num_envs, int num_threads, int index, int *start, int *end) {
-    int per = (num_envs + num_threads - 1) / num_threads;
-    per = (per + PG_RANGE_ALIGN - 1) / PG_RANGE_ALIGN * PG_RANGE_ALIGN;
-    long s = (long)per * index, e = s + per;
-    if (s > num_envs) s = num_envs;
-    if (e > num_envs) e = num_envs;
-    *start = (int)s;
-    *end = (int)e;
-}
 
 static void pg_run_range(Env *env, int op, int start, int end) {
     if (start >= end) return;
@@ -159,17 +164,29 @@ static double pg_now_seconds(void) {
     return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
-/* Workers spin this long for the next step before sleeping on the condvar:
- * back-to-back steps wake instantly, an idle pool costs no CPU. */
 #define PG_SPIN_SECONDS 50e-6
+
+/* Claims and runs chunks of generation `gen` until none are left. */
+static void pg_claim_chunks(PgPool *pool, unsigned long gen) {
+    for (;;) {
+        unsigned long long ticket = atomic_load(&pool->ticket);
+        if ((ticket >> 32) != (gen & 0xFFFFFFFFUL)) return; /* a later step */
+        int chunk = (int)(ticket & 0xFFFFFFFFULL);
+        if (chunk >= pool->num_chunks) return;
+        if (!atomic_compare_exchange_weak(&pool->ticket, &ticket, ticket + 1)) continue;
+        int start = chunk * pool->chunk_size;
+        int end = start + pool->chunk_size < pool->num_envs ? start + pool->chunk_size
+                                                            : pool->num_envs;
+        pg_run_range(pool->env, pool->op, start, end);
+        atomic_fetch_add(&pool->chunks_done, 1);
+    }
+}
 
 static void *pg_worker_main(void *raw) {
     PgWorkerArg *arg = (PgWorkerArg *)raw;
     PgPool *pool = arg->pool;
-    int index = arg->index;
     free(arg);
-    /* The pool was created at generation 0, before any worker existed; reading
-     * the counter here instead would miss a job posted before this thread ran. */
+    /* The pool was created at generation 0, before any worker existed. */
     unsigned long seen = 0;
     for (;;) {
         double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
@@ -187,10 +204,7 @@ static void *pg_worker_main(void *raw) {
         }
         if (atomic_load(&pool->stop)) return NULL;
         seen = atomic_load(&pool->generation);
-        int start, end;
-        pg_range(pool->num_envs, pool->num_threads, index, &start, &end);
-        pg_run_range(pool->env, pool->op, start, end);
-        atomic_fetch_sub(&pool->remaining, 1);
+        pg_claim_chunks(pool, seen);
     }
 }
 
@@ -200,18 +214,23 @@ static void pg_pool_run(PgPool *pool, int op) {
         pg_run_range(pool->env, op, 0, pool->num_envs);
         return;
     }
+    unsigned long gen = atomic_load(&pool->generation) + 1;
     pool->op = op;
-    atomic_store(&pool->remaining, pool->started);
-    atomic_fetch_add(&pool->generation, 1);
+    atomic_store(&pool->chunks_done, 0);
+    atomic_store(&pool->ticket, (unsigned long long)(gen & 0xFFFFFFFFUL) << 32);
+    atomic_store(&pool->generation, gen);
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->mutex);
         pthread_cond_broadcast(&pool->cond);
         pthread_mutex_unlock(&pool->mutex);
     }
-    int start, end;
-    pg_range(pool->num_envs, pool->num_threads, 0, &start, &end);
-    pg_run_range(pool->env, op, start, end);
-    while (atomic_load(&pool->remaining) > 0) pg_cpu_relax();
+    pg_claim_chunks(pool, gen);
+    double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
+    int spins = 0;
+    while (atomic_load(&pool->chunks_done) < pool->num_chunks) {
+        if (++spins % 64 == 0 && pg_now_seconds() > spin_until) sched_yield();
+        else pg_cpu_relax();
+    }
 }
 
 static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) {
@@ -220,13 +239,17 @@ static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) 
     pool->num_envs = num_envs;
     pool->num_threads = num_threads;
     pool->owner_pid = getpid();
+    /* About four chunks per thread, each a whole number of aligned blocks. */
+    int per = (num_envs + 4 * num_threads - 1) / (4 * num_threads);
+    per = (per + PG_RANGE_ALIGN - 1) / PG_RANGE_ALIGN * PG_RANGE_ALIGN;
+    pool->chunk_size = per;
+    pool->num_chunks = (num_envs + per - 1) / per;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->cond, NULL);
     for (int i = 1; i < num_threads; i++) {
         PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
         if (!arg) return -1;
         arg->pool = pool;
-        arg->index = i;
         if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
             free(arg);
             return -1;
