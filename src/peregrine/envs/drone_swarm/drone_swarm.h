@@ -152,6 +152,7 @@ struct Env {
     float r_comm_min, r_comm_max, p_comm_drop_min, p_comm_drop_max;
     /* per instance */
     int32_t *step, *ep_t_confirm, *ep_m_deliver, *first_delivery;
+    uint8_t *victims_pending; /* some victim has a confirmation going or a waiting report */
     int64_t *connected_steps;
     float *ep_r_comm, *ep_p_drop;
     /* per drone [num_envs * n] */
@@ -309,6 +310,7 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     DS_ALLOC(ep_t_confirm, envs);
     DS_ALLOC(ep_m_deliver, envs);
     DS_ALLOC(first_delivery, envs);
+    DS_ALLOC(victims_pending, envs);
     DS_ALLOC(connected_steps, envs);
     DS_ALLOC(ep_r_comm, envs);
     DS_ALLOC(ep_p_drop, envs);
@@ -355,6 +357,7 @@ static void env_free(Env *env) {
     free(env->ep_t_confirm);
     free(env->ep_m_deliver);
     free(env->first_delivery);
+    free(env->victims_pending);
     free(env->connected_steps);
     free(env->ep_r_comm);
     free(env->ep_p_drop);
@@ -745,6 +748,7 @@ static void ds_reset_instance(Env *env, int i) {
 
     env->step[i] = 0;
     env->first_delivery[i] = -1;
+    env->victims_pending[i] = 0;
     env->connected_steps[i] = 0;
     const int words = env->words64;
     uint64_t *visited = env->visited + (size_t)i * words;
@@ -931,7 +935,11 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     for (int d = 0; d < n; d++) confirmations[d] = 0;
     const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
     int delivered_now = 0, changed = 0;
-    for (int v = 0; v < m; v++) {
+    /* With no scanning drone near a victim, no confirmation in progress and no
+     * report waiting, phases 4-5 change nothing: skip them. */
+    const int victim_work = any_confirm || env->victims_pending[i];
+    int pending = 0;
+    for (int v = 0; v < (victim_work ? m : 0); v++) {
         if (status[v] == DS_UNKNOWN) {
             int best = -1;
             float best2 = INFINITY;
@@ -975,7 +983,10 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
                 env->window[ov + v]--;
             }
         }
+        pending |= (env->progress[ov + v] > 0) | (env->confirm_drone[ov + v] >= 0) |
+                   (status[v] == DS_CONFIRMED);
     }
+    if (victim_work) env->victims_pending[i] = (uint8_t)pending;
     if (delivered_now > 0 && env->first_delivery[i] < 0) env->first_delivery[i] = env->step[i] + 1;
     DS_TICK(DS_PH_CONFIRM);
 
@@ -1203,6 +1214,11 @@ static int env_set_state(Env *env, int i, const double *in) {
         env->window[ov + v] = (int32_t)victim[6];
         env->ever_confirmed[ov + v] = (uint8_t)victim[7];
     }
+    int pending = 0;
+    for (int v = 0; v < m; v++)
+        pending |= (env->progress[ov + v] > 0) | (env->confirm_drone[ov + v] >= 0) |
+                   (env->status[ov + v] == DS_CONFIRMED);
+    env->victims_pending[i] = (uint8_t)pending;
     /* bitsets: 32-bit words in, 64-bit words here; bits past the last cell are dropped */
     const int words64 = env->words64, cells = env->cells;
     for (int set = 0; set <= n; set++) {
