@@ -355,9 +355,16 @@ static inline void pr_set_bit(uint64_t *mask, int a, int ok) {
     mask[a >> 6] |= (uint64_t)(ok != 0) << (a & 63);
 }
 
-/* Ors a run of `count` validity bits starting at action `first`. */
+/* Ors a run of `count` (< 32) validity bits starting at action `first`; with
+ * constant arguments the word choice folds away at compile time. */
 static inline void pr_set_bits(uint64_t *mask, int first, uint32_t bits, int count) {
-    for (int b = 0; b < count; b++) pr_set_bit(mask, first + b, (bits >> b) & 1u);
+    uint64_t run = (uint64_t)bits & ((1ull << count) - 1u);
+    if (first >= 64) {
+        mask[1] |= run << (first - 64);
+    } else {
+        mask[0] |= run << first;
+        if (first + count > 64) mask[1] |= run >> (64 - first);
+    }
 }
 
 PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
@@ -393,25 +400,38 @@ PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
     /* asteroids: geometry and flags for all 12 first (vectorized) */
     float dx[PR_ASTEROIDS], dy[PR_ASTEROIDS], d2[PR_ASTEROIDS];
     float active_f[PR_ASTEROIDS], known_f[PR_ASTEROIDS], richness[PR_ASTEROIDS];
-    int32_t known[PR_ASTEROIDS];
+    int32_t known[PR_ASTEROIDS], scan_ok[PR_ASTEROIDS], wide_ok[PR_ASTEROIDS];
+    int32_t mine_ok[PR_ASTEROIDS];
+    const int32_t can_mine = flying & (total < capacity) & (pr_drill_rate(env, s) > 0.0f);
+    const float scan_range2 = env->scan_range2, wide_scan_range2 = env->wide_scan_range2;
+    const float mine_range2 = env->mine_range2, inv_ore_max = env->inv_ore_max;
     for (int i = 0; i < PR_ASTEROIDS; i++) {
         dx[i] = s->ast_x[i] - x;
         dy[i] = s->ast_y[i] - y;
         d2[i] = dx[i] * dx[i] + dy[i] * dy[i];
         int32_t active = s->ast_timer[i] == 0;
         known[i] = active & (s->ast_scanned[i] != 0);
+        int32_t unscanned = flying & active & !known[i];
+        scan_ok[i] = unscanned & (d2[i] <= scan_range2);
+        wide_ok[i] = unscanned & (d2[i] <= wide_scan_range2);
+        mine_ok[i] = can_mine & known[i] & (d2[i] <= mine_range2);
         active_f[i] = (float)active;
         known_f[i] = (float)known[i];
-        richness[i] = known[i] ? s->ast_ore[i] * env->inv_ore_max : 0.0f;
+        /* = known ? ore * inv_ore_max : 0 exactly (ore >= 0 is finite), but
+         * branch-free so that this loop vectorizes */
+        richness[i] = (s->ast_ore[i] * inv_ore_max) * known_f[i];
     }
-    const int can_mine = flying & (total < capacity) & (pr_drill_rate(env, s) > 0.0f);
     uint32_t scan_bits = 0, mine_bits = 0, wide_bits = 0;
+    for (int i = 0; i < PR_ASTEROIDS; i++) {
+        scan_bits |= (uint32_t)scan_ok[i] << i;
+        wide_bits |= (uint32_t)wide_ok[i] << i;
+        mine_bits |= (uint32_t)mine_ok[i] << i;
+    }
     float nearest_d2[PR_ORES] = {0};
     int nearest[PR_ORES] = {-1, -1, -1, -1};
     for (int i = 0; i < PR_ASTEROIDS; i++) {
         float *a = row + PR_OBS_ASTEROIDS + PR_ASTEROID_FEATURES * i;
         int type = s->ast_type[i];
-        int unscanned = flying & (s->ast_timer[i] == 0) & !known[i];
         a[0] = dx[i] * inv_world;
         a[1] = dy[i] * inv_world;
         a[2] = active_f[i];
@@ -422,9 +442,6 @@ PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
         a[7] = 0.0f;
         a[8] = 0.0f;
         a[5 + (type & 3)] = known_f[i];
-        scan_bits |= (uint32_t)(unscanned & (d2[i] <= env->scan_range2)) << i;
-        wide_bits |= (uint32_t)(unscanned & (d2[i] <= env->wide_scan_range2)) << i;
-        mine_bits |= (uint32_t)(can_mine & known[i] & (d2[i] <= env->mine_range2)) << i;
         if (known[i] && (nearest[type] < 0 || d2[i] < nearest_d2[type])) {
             nearest[type] = i;
             nearest_d2[type] = d2[i];
