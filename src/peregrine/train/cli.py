@@ -109,7 +109,6 @@ def run(args) -> int:
         mode = "plain"
 
     child = {}
-    total_updates = None
 
     def on_start(directory):
         print(f"run directory: {directory}", flush=True)
@@ -118,7 +117,7 @@ def run(args) -> int:
                 [sys.executable, "-m", "peregrine.cli", "monitor", str(directory)])
 
     def progress(record):
-        print(runs.format_progress(record, total_updates), flush=True)
+        print(runs.format_progress(record), flush=True)
 
     if mode == "plain":
         print(f"training {config.env_name}: {config.train.total_steps:,} steps, "
@@ -135,7 +134,7 @@ def run(args) -> int:
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
     print(f"checkpoint: {summary['checkpoint']}", flush=True)
-    print(f"evaluate:   peregrine eval {config.env_name} --checkpoint {summary['checkpoint']}",
+    print(f"evaluate:   peregrine eval {config.env_name} --policy {summary['checkpoint']}",
           flush=True)
     return 130 if summary["status"] == "interrupted" else 0
 

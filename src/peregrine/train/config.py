@@ -64,7 +64,7 @@ class TrainConfig:
     checkpoint_interval: int = 50    # updates between checkpoints; 0 = only at the end
     progress_interval: int = 10      # updates between plain progress lines
     run_dir: str = "runs"            # parent folder of run directories
-    tensorboard: bool = False        # also write TensorBoard event files (if installed)
+    tensorboard: bool = True         # also write TensorBoard event files (if installed)
     stop_return: float = 0.0         # > 0: stop once the recent mean episode return reaches it
 
 

@@ -6,7 +6,8 @@ trainer's own record, read by the benchmarks and tests). When
 `peregrine.monitor` is installed its `MetricsWriter` is fed too, so a
 `peregrine monitor RUN_DIR` dashboard can attach; a failure there disables it
 with a warning and never stops training. TensorBoard event files go to
-RUN_DIR/tensorboard when `train.tensorboard` is true and tensorboard imports.
+RUN_DIR/tensorboard when `train.tensorboard` is true (the default) and
+tensorboard is installed.
 """
 from __future__ import annotations
 
@@ -37,8 +38,12 @@ class RunLogger:
         if tensorboard:
             try:
                 from torch.utils.tensorboard import SummaryWriter
-                self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
-            except Exception as error:  # noqa: BLE001 - optional dependency
+            except ImportError:  # tensorboard not installed: event files are optional
+                SummaryWriter = None
+            try:
+                if SummaryWriter is not None:
+                    self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+            except Exception as error:  # noqa: BLE001
                 self._warn(f"TensorBoard logging disabled: {error}")
 
     @staticmethod

@@ -406,6 +406,7 @@ class Trainer:
             self.recent_episodes.append((stats.count, stats.mean["episode_return"]))
         record = {
             "global_step": self.global_step, "updates": self.updates,
+            "total_updates": self.total_updates,
             "sps": self.global_step / self.elapsed if self.elapsed > 0 else 0.0,
             "update_sps": self.batch_size / (end - start),
             "elapsed": self.elapsed, "cpu_seconds": self.cpu_seconds, "episodes": self.episodes,

@@ -141,13 +141,13 @@ def _restore_sigint(previous):
         signal.signal(signal.SIGINT, previous)
 
 
-def format_progress(record: dict, total_updates: int | None = None) -> str:
+def format_progress(record: dict) -> str:
     ret = record.get("recent_return")
     ret_text = "-" if ret is None else f"{ret:8.1f}"
     length = record.get("episode_length")
     len_text = "-" if length is None else f"{length:7.1f}"
     losses = record["losses"]
-    updates = f"{record['updates']}" + (f"/{total_updates}" if total_updates else "")
+    updates = f"{record['updates']}/{record['total_updates']}"
     return (f"update {updates:>9} | step {record['global_step']:>11,} | "
             f"{record['sps']:>10,.0f} SPS | return {ret_text} | length {len_text} | "
             f"value loss {losses['value_loss']:8.3f} | kl {losses['approx_kl']:.4f} | "
