@@ -148,7 +148,7 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": [dict(zip(("name", "num_envs", "drone_steps_per_sec",
-                                          "drone_steps_per_cpu_sec", "best_window_drone_steps_per_sec"),
+                                          "drone_steps_per_cpu_sec", "best_step_drone_steps_per_sec"),
                                          r)) for r in rows],
                        "phase_cycles_per_instance_step": cycles,
                        "phase_cycles_fastest_step": fastest, "load_average": load}, f, indent=2)
