@@ -14,6 +14,10 @@ Parts:
   gae         GAE as a reverse loop over time with all rows per step: the
               NumPy loop compute_gae uses on CPU against the same loop in
               torch ops (its path on other devices), per call.
+  drone_swarm the shipped DroneSwarm config for --drone-steps steps, then 64
+              evaluation episodes (seed 0, default preset, deterministic
+              actions) beside the scripted baselines, and a learning-curve PNG
+              (--plot). Not in the default set: it takes minutes.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -174,6 +178,42 @@ def sb3_run(seed: int, cap: int) -> dict | None:
             "recent_return": float(np.mean(callback.returns[-20:])) if callback.returns else None}
 
 
+def drone_swarm_run(steps: int, run_dir: str, plot: str | None, episodes: int = 64) -> dict:
+    from peregrine.evaluate import evaluate
+    from peregrine.train.run import train
+    config = load_config("drone_swarm", overrides=[("train.total_steps", steps)])
+    summary = train(config, run_dir)
+    results = {"train": summary, "eval": {}}
+    for policy in (run_dir, "random", "lawnmower", "voronoi"):
+        result = evaluate("drone_swarm", policy, episodes=episodes, seed=0)
+        label = "PPO (this run)" if policy == run_dir else policy
+        results["eval"][label] = {"mean": result["mean"], "std": result["std"]}
+        print(f"drone_swarm eval {label}: delivered {result['mean']['delivered']:.2f} "
+              f"+- {result['std']['delivered']:.2f}, success {result['mean']['success']:.3f}, "
+              f"length {result['mean']['episode_length']:.0f}", flush=True)
+    records = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
+    curve = [(r["global_step"], r["env_stats"]["delivered"], r["episode_return"])
+             for r in records if r.get("episodes_this_update")]
+    results["curve"] = curve
+    if plot:
+        import matplotlib
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+        figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+        axis.plot([c[0] / 1e6 for c in curve], [c[1] for c in curve], label="PPO (training episodes)")
+        for label, style in (("lawnmower", "--"), ("voronoi", ":"), ("random", "-.")):
+            axis.axhline(results["eval"][label]["mean"]["delivered"], linestyle=style, color="grey",
+                         label=f"{label} (scripted)" if label != "random" else "random")
+        axis.set_xlabel("agent steps (millions)")
+        axis.set_ylabel("victims delivered per episode")
+        axis.set_title("DroneSwarm (default preset): PPO, shipped config")
+        axis.legend(fontsize=8)
+        figure.tight_layout()
+        figure.savefig(plot)
+        print(f"wrote {plot}", flush=True)
+    return results
+
+
 def summarize(runs: list[dict]) -> dict:
     solved = [r for r in runs if r["solved"]]
     out = {"solved": f"{len(solved)}/{len(runs)}"}
@@ -190,7 +230,11 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
-    parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3"], nargs="+")
+    parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm"],
+                        nargs="+")
+    parser.add_argument("--drone-steps", type=int, default=8_000_000)
+    parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
+    parser.add_argument("--plot", help="learning-curve PNG for the drone_swarm part")
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--json", help="write all results to this file")
     args = parser.parse_args(argv)
@@ -234,6 +278,8 @@ def main(argv=None) -> int:
               f"({run['seconds']:.2f} s wall, {run['cpu_seconds']:.2f} s CPU), split "
               f"{ {k: round(v, 3) for k, v in run['split'].items()} }, "
               f"recent return {run['recent_return']}", flush=True)
+    if "drone_swarm" in parts:
+        results["drone_swarm"] = drone_swarm_run(args.drone_steps, args.drone_run_dir, args.plot)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

@@ -30,7 +30,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.usage = ("peregrine train [ENV] [--config FILE] [--resume RUN_DIR] [--seed N] "
                     "[--total-steps N] [--run-dir DIR] [--monitor | --detach] "
                     "[--SECTION.KEY VALUE ...]")
-    parser.add_argument("env", nargs="?", help="env name, first (omit with --resume)")
+    parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
     _add_flags(parser)
     # Overrides are open-ended (--train.learning-rate 3e-4), so they are taken
     # out of the argument list (each with its value) before argparse sees the
@@ -127,7 +127,9 @@ def run(args) -> int:
         summary = runs.train(config, run_dir, resume=bool(args.resume),
                              progress=progress if mode == "plain" else None, on_start=on_start)
     finally:
-        _finish_monitor(child.get("process"))
+        if child.get("process") is not None:
+            _finish_monitor(child["process"])
+            print(flush=True)  # the dashboard's last frame does not end its line
     recent = summary["recent_return"]
     recent_text = "n/a" if recent is None else f"{recent:.1f}"
     print(f"{summary['status']}: {summary['global_step']:,} steps in {summary['elapsed']:.2f} s "
