@@ -394,8 +394,10 @@ static inline int ds_cell(const Env *env, float x, float y) {
 
 /* The vectorized kernels: PG_SIMD_KERNEL (an AVX2 clone beside the baseline)
  * plus no-trapping-math, which lets GCC if-convert the selects (it otherwise
- * sinks arithmetic into branches because it might raise FP exceptions). Values
- * are unchanged: no reassociation, no contraction, same rounding. */
+ * sinks arithmetic into branches because it might raise FP exceptions), and
+ * the unlimited vector cost model, without which GCC keeps 8-drone loops on
+ * the scalar path (its threshold was 16-32 iterations). Values are unchanged:
+ * no reassociation, no contraction, same rounding. */
 #if defined(__GNUC__) && !defined(__clang__)
 #define DS_NO_TRAP __attribute__((optimize("no-trapping-math", "vect-cost-model=unlimited")))
 #else
@@ -408,9 +410,8 @@ static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
     return isfinite(x) ? x : 0.0f;
 }
 
-/* pg_clampf with both comparisons always evaluated: the same result, but with
- * no comparison under a condition GCC can if-convert (and so vectorize) the
- * loops below without -fno-trapping-math. */
+/* pg_clampf with both comparisons always evaluated: the same result, and no
+ * comparison executed only under a condition, which if-conversion needs. */
 static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     float upper = x > hi ? hi : x;
     return upper < lo ? lo : upper;
