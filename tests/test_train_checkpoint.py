@@ -179,3 +179,22 @@ def test_checkpoint_write_is_atomic(saved_checkpoint, tmp_path, monkeypatch):
         checkpoint.save(target, {"x": torch.zeros(3)})
     assert target.read_bytes() == saved_checkpoint.read_bytes()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["latest.pt"]
+
+
+def test_resume_is_exact_through_a_vector_backend(tmp_path):
+    """Through peregrine.vector (serial backend, 2 blocks) resume is exact as well."""
+    pytest.importorskip("peregrine.vector")
+    extra = [("vec.backend", "serial"), ("vec.num_workers", 2)]
+    uninterrupted = Trainer(small_config(*extra))
+    expected = run_updates(uninterrupted, 4)
+    first = Trainer(small_config(*extra))
+    assert first.exact_resume
+    got = run_updates(first, 2)
+    checkpoint.save(tmp_path / "c.pt", first.state_dict())
+    first.close()
+    resumed = Trainer(small_config(*extra))
+    resumed.load_state_dict(checkpoint.load(tmp_path / "c.pt"))
+    got += run_updates(resumed, 2)
+    assert got == expected
+    uninterrupted.close()
+    resumed.close()
