@@ -414,3 +414,20 @@ def test_exploration_and_connected_fraction_statistics_are_sane():
     assert 1 / cells <= stats.mean["explored_fraction"] <= 1
     assert 0 <= stats.mean["connected_fraction"] <= 1
     assert stats.mean["episode_length"] == 60
+
+
+def test_results_do_not_depend_on_the_thread_count_across_blocks():
+    traces = []
+    for threads in (1, 2, 3):
+        with DroneSwarm(num_envs=300, seed=4, num_threads=threads, max_steps=25) as env:
+            rng = np.random.default_rng(0)
+            trace = []
+            for _ in range(30):
+                obs, rewards, terminals, _, _ = env.step(policy_actions(rng, env.num_agents))
+                trace.append((obs.copy(), rewards.copy(), terminals.copy()))
+            traces.append((trace, env.episode_stats().mean))
+    for trace, mean in traces[1:]:
+        assert mean == traces[0][1]
+        for step, step_0 in zip(trace, traces[0][0]):
+            for a, b in zip(step, step_0):
+                np.testing.assert_array_equal(a, b)
