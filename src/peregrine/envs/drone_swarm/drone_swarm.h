@@ -25,7 +25,9 @@
  * sequential phases (exploration, connectivity as a BFS over uint64 adjacency
  * bitmasks since n_drones <= 64, confirmation, delivery, detections), then
  * rewards and observations for the whole block, then the episode ends. Scratch
- * lives on the stepping thread's stack; nothing is allocated per step.
+ * lives on the stepping thread's stack (about 100 KB at most: the block
+ * scratch, 64 x 128 drone-victim distances, de-interleaved actions); nothing
+ * is allocated per step.
  *
  * Speed notes (each measured, see benchmarks/RESULTS.md): the kernels are
  * written so GCC's vectorizer takes them -- no select of a divisor and no
