@@ -20,9 +20,9 @@ from peregrine.envs.native_env import EpisodeStats
 
 
 class CounterEnv:
-    def __init__(self, num_envs=8, limit=5, terminal=False, action_space=None):
+    def __init__(self, num_envs=8, limit=5, terminal=False, action_space=None, both_flags=False):
         self.num_envs = self.num_agents = num_envs
-        self.limit, self.terminal = limit, terminal
+        self.limit, self.terminal, self.both_flags = limit, terminal, both_flags
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
         self.single_action_space = action_space or spaces.Discrete(2, dtype=np.int32)
         self.observations = np.zeros((num_envs, 1), np.float32)
@@ -52,7 +52,7 @@ class CounterEnv:
         self.rewards[:] = 1.0
         ended = self.counts >= self.limit
         self.terminals[:] = ended & self.terminal
-        self.truncations[:] = ended & (not self.terminal)
+        self.truncations[:] = ended & ((not self.terminal) or self.both_flags)
         self.final_observations[ended, 0] = self.counts[ended]
         self.finished += list(self.returns[ended])
         self.returns[ended] = 0
@@ -106,12 +106,13 @@ def reference_gae(rewards, values, terminals, truncations, final_values, last_va
     return advantages
 
 
-@pytest.mark.parametrize("terminal", [False, True])
-def test_rollout_advantages_match_reference(terminal):
+@pytest.mark.parametrize("terminal, both_flags", [(False, False), (True, False), (True, True)])
+def test_rollout_advantages_match_reference(terminal, both_flags):
     """The trainer's advantages equal a per-row reference that bootstraps truncated rows
-    from V(final observation) and terminal rows from nothing."""
+    from V(final observation) and terminal rows from nothing (also when a row carries
+    both flags: it ended for real)."""
     gamma, lam = 0.9, 0.8
-    env = CounterEnv(num_envs=6, limit=5, terminal=terminal)
+    env = CounterEnv(num_envs=6, limit=5, terminal=terminal, both_flags=both_flags)
     trainer = make_trainer(env, gamma=gamma, gae_lambda=lam)
     value_of = lambda obs: 3.0 + 0.5 * obs[:, 0].float()  # noqa: E731 - V(count), known
     heads = trainer.policy.heads

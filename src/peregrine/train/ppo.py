@@ -221,8 +221,9 @@ class Trainer:
                              self.truncations_view.to(device, non_blocking=not on_cpu), out=done)
             self.rewards_buf[step].copy_(self.rewards_view, non_blocking=not on_cpu)
             if truncations.any():
-                # Bootstrap cut-off episodes from V(final observation).
-                rows = torch.from_numpy(np.flatnonzero(truncations)).to(device)
+                # Bootstrap cut-off episodes from V(final observation); a row
+                # flagged both ways ended for real and gets no bootstrap.
+                rows = torch.from_numpy(np.flatnonzero(truncations & ~terminals)).to(device)
                 final = self.final_obs_view[rows.cpu()].to(device)
                 if use_lstm:
                     sub_state = (state[0][rows], state[1][rows])
