@@ -142,10 +142,12 @@ def _restore_sigint(previous):
 
 
 def format_progress(record: dict) -> str:
+    """One plain progress line: steps, SPS, recent mean return (>= 20 episodes), this
+    update's mean episode length, value loss and approximate KL."""
     ret = record.get("recent_return")
-    ret_text = "-" if ret is None else f"{ret:8.1f}"
+    ret_text = f"{'-':>8}" if ret is None else f"{ret:8.1f}"
     length = record.get("episode_length")
-    len_text = "-" if length is None else f"{length:7.1f}"
+    len_text = f"{'-':>7}" if length is None else f"{length:7.1f}"
     losses = record["losses"]
     updates = f"{record['updates']}/{record['total_updates']}"
     return (f"update {updates:>9} | step {record['global_step']:>11,} | "
