@@ -253,7 +253,7 @@ def test_replayed_log_probs_equal_rollout_log_probs(lstm):
     assert trainer.dones_buf.any()
     batches = trainer._segment_batches() if lstm else trainer._flat_batches()
     with torch.no_grad():
-        for batch in next(iter(batches)):
+        for batch, _last in next(iter(batches)):
             logprobs, _entropy, values, _live = trainer._evaluate(batch)
             torch.testing.assert_close(logprobs, batch["logprobs"], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(values, batch["values"], rtol=1e-4, atol=1e-5)

@@ -163,27 +163,33 @@ class Policy(nn.Module):
         actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
         return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
-    def log_prob_entropy(self, params, actions):
-        """(log-probs of `actions`, entropies) under the head's distribution."""
+    def log_prob_entropy(self, params, actions, entropy: bool = True):
+        """(log-probs of `actions`, entropies) under the head's distribution; entropies
+        are None when `entropy` is False (saves their ops when they are not needed)."""
         if self.action_kind == "box":
             std = self.log_std.exp()
             z = (actions - params) / std
             logprob = (-0.5 * z.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
-            entropy = (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(params.shape[0])
-            return logprob, entropy
+            if not entropy:
+                return logprob, None
+            return logprob, (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(params.shape[0])
         if self.action_kind == "discrete":
-            return self._categorical_lp_ent(params, actions.long())
-        logprob = entropy = 0
+            return self._categorical_lp_ent(params, actions.long(), entropy)
+        logprob, total = 0, (0 if entropy else None)
         for i, logits in enumerate(params.split(self.nvec, dim=-1)):
-            lp, ent = self._categorical_lp_ent(logits, actions[..., i].long())
-            logprob, entropy = logprob + lp, entropy + ent
-        return logprob, entropy
+            lp, ent = self._categorical_lp_ent(logits, actions[..., i].long(), entropy)
+            logprob = logprob + lp
+            if entropy:
+                total = total + ent
+        return logprob, total
 
     @staticmethod
-    def _categorical_lp_ent(logits, actions):
+    def _categorical_lp_ent(logits, actions, entropy: bool = True):
         log_probs = torch.log_softmax(logits, dim=-1)
-        entropy = -(log_probs.exp() * log_probs).sum(-1)
-        return log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1), entropy
+        chosen = log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+        if not entropy:
+            return chosen, None
+        return chosen, -(log_probs.exp() * log_probs).sum(-1)
 
     def deterministic(self, params):
         """The mode: argmax per categorical, the mean for a Gaussian."""
