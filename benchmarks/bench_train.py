@@ -201,6 +201,8 @@ def drone_swarm_run(steps: int, run_dir: str, plot: str | None, episodes: int = 
         import matplotlib.pyplot as plt
         figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=120)
         axis.plot([c[0] / 1e6 for c in curve], [c[1] for c in curve], label="PPO (training episodes)")
+        axis.scatter([summary["global_step"] / 1e6], [results["eval"]["PPO (this run)"]["mean"]["delivered"]],
+                     marker="*", s=80, zorder=3, label=f"PPO final, deterministic ({episodes} episodes)")
         for label, style in (("lawnmower", "--"), ("voronoi", ":"), ("random", "-.")):
             axis.axhline(results["eval"][label]["mean"]["delivered"], linestyle=style, color="grey",
                          label=f"{label} (scripted)" if label != "random" else "random")
