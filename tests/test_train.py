@@ -258,3 +258,15 @@ def test_replayed_log_probs_equal_rollout_log_probs(lstm):
             torch.testing.assert_close(logprobs, batch["logprobs"], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(values, batch["values"], rtol=1e-4, atol=1e-5)
     trainer.close()
+
+
+@pytest.mark.parametrize("env_name", __import__("peregrine.train.config", fromlist=["x"]).shipped_configs())
+def test_every_shipped_config_loads_and_trains_one_small_update(env_name):
+    """Each shipped TOML is valid for its env, and its env/policy settings run (sizes shrunk)."""
+    config = load_config(env_name, overrides=[("vec.num_envs", 2), ("train.horizon", 8),
+                                              ("train.minibatch_size", 16),
+                                              ("train.total_steps", 1)])
+    trainer = Trainer(config)
+    record = trainer.update()
+    assert np.isfinite(record["losses"]["value_loss"])
+    trainer.close()
