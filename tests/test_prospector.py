@@ -424,7 +424,14 @@ def test_state_round_trip_and_inconsistent_states_are_refused():
     assert state.size == STATE_SIZE == env._batch.state_size
     env.set_state(1, state)
     np.testing.assert_array_equal(env.observations[1], obs)
-    for bad in (dict(docked=7), dict(cargo_0=1e4), dict(steps=1000), dict(fuel=0.0),
+    # a full hold whose float32 parts add up to the capacity only after rounding
+    # (as mining leaves it) is a valid state
+    full = edited(state, hold_level=0, cargo_0=0, cargo_1=float(np.float32(7.80011415)),
+                  cargo_2=float(np.float32(12.19988632)), cargo_3=0)
+    env.set_state(1, full)
+    np.testing.assert_array_equal(env.get_state(1), full)
+    env.set_state(1, state)
+    for bad in (dict(docked=7), dict(cargo_0=1e4), dict(cargo_0=20.01), dict(steps=1000), dict(fuel=0.0),
                 dict(hold_level=4), dict(asteroid_3_type=4), dict(station_0_price_0=1e6),
                 dict(x=-1.0), dict(last_invalid=0.5)):
         with pytest.raises(ValueError):

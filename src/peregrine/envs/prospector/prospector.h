@@ -933,9 +933,10 @@ static int env_set_state(Env *env, int i, const double *in) {
     ok &= pr_int_in(in[15], 0, env->max_steps - 1) && pr_int_in(in[16], 0, 1);
     ok &= pr_in(in[17], -big, big) && pr_in(in[18], 0, big) && pr_in(in[19], 0, big);
     ok &= pr_int_in(in[20], 0, env->max_steps) && pr_int_in(in[21], 0, 3 * env->max_steps);
-    if (ok) {
-        double capacity = (double)env->hold_base + in[12] * (double)env->hold_step;
-        ok &= ((in[7] + in[8]) + in[9]) + in[10] <= capacity;
+    if (ok) { /* the hold as the game adds it up (float32), one rounding of slack */
+        float capacity = env->hold_base + (float)in[12] * env->hold_step;
+        float total = (((float)in[7] + (float)in[8]) + (float)in[9]) + (float)in[10];
+        ok &= total <= capacity * (1.0f + 1e-6f);
     }
     int n = 22;
     for (int a = 0; a < PR_ASTEROIDS; a++, n += 6) {
