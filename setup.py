@@ -11,6 +11,7 @@ ASan/UBSan for the sanitizer tests. PEREGRINE_ENVS=a,b builds only those envs
 (handy while editing one header).
 """
 import os
+from pathlib import Path
 
 from setuptools import Extension, setup
 
@@ -48,7 +49,8 @@ def native_extension(name):
         f"peregrine.envs.{name}._{name}",
         sources=[f"{env_dir}/_{name}.c"],
         include_dirs=[NATIVE_DIR, env_dir],
-        depends=[f"{env_dir}/{name}.h"] + [os.path.join(NATIVE_DIR, f) for f in os.listdir(NATIVE_DIR)],
+        # every header: an env may include another env's shared header
+        depends=sorted(str(p) for p in Path("src/peregrine/envs").rglob("*.h")),
         extra_compile_args=compile_args(),
         extra_link_args=link_args(),
         libraries=["m"],

@@ -3,6 +3,10 @@
 The same rules, in the same float32 operation order, drawing from the same
 splitmix64 streams and using the same sincos, so that for one seed and one
 action sequence it produces the C batch's observations bit for bit.
+
+`MountainCarReference` holds what both variants share (the track, the move
+rule, resets and episode bookkeeping, as mountain_car_common.h does in C);
+a variant supplies its constants, its acceleration and its reward.
 """
 from __future__ import annotations
 
@@ -16,18 +20,29 @@ f32 = np.float32
 MIN_POSITION, MAX_POSITION = f32(-1.2), f32(0.6)
 
 
+def cos3(position: np.ndarray) -> np.ndarray:
+    """cos(3 position) exactly as mountain_car_cos3 in C (the 0 * sin term
+    keeps the C loop vectorizable and changes no finite value)."""
+    sin_3x, cos_3x = sincos(f32(3.0) * position)
+    return cos_3x + f32(0) * sin_3x
+
+
 class MountainCarReference:
     """Batch of MountainCar instances with NativeEnv's reset/step contract."""
 
+    env_class = MountainCar
+
     def __init__(self, num_envs: int = 1, seed: int = 0, **config):
         self.num_envs = self.num_agents = num_envs
-        self.config = MountainCar.resolve_config(config)
+        self.config = self.env_class.resolve_config(config)
         c = self.config
         self.max_steps = int(c["max_steps"])
         self.goal_position, self.goal_velocity = f32(c["goal_position"]), f32(c["goal_velocity"])
-        self.force, self.gravity, self.max_speed = f32(c["force"]), f32(c["gravity"]), f32(c["max_speed"])
+        self.gravity, self.max_speed = f32(c["gravity"]), f32(c["max_speed"])
+        self.configure(c)
         self.position = np.zeros(num_envs, np.float32)
         self.velocity = np.zeros(num_envs, np.float32)
+        self.returns = np.zeros(num_envs, np.float32)
         self.steps = np.zeros(num_envs, np.int64)
         self.final_observations = np.zeros((num_envs, 2), np.float32)
         self.episode_returns: list[float] = []
@@ -35,12 +50,27 @@ class MountainCarReference:
         self.episode_successes: list[float] = []
         self.reset(seed)
 
+    # ---- what a variant defines ------------------------------------------
+    def configure(self, c):
+        self.force = f32(c["force"])
+
+    def acceleration(self, actions):
+        """(acceleration, anything the reward needs) for this step's actions."""
+        actions = np.asarray(actions).reshape(self.num_envs)
+        push = (actions - 1).astype(np.float32) * self.force  # -force, 0 or +force
+        return push + cos3(self.position) * -self.gravity, None
+
+    def rewards(self, terminals, _reward_input):
+        return np.full(self.num_envs, -1.0, np.float32)
+
+    # ---- shared ----------------------------------------------------------------
     def observations(self) -> np.ndarray:
         return np.stack([self.position, self.velocity], axis=1)
 
     def _reset_instances(self, idx):
         self.position[idx] = self.streams.uniform_range(idx, -0.6, -0.4)
         self.velocity[idx] = 0
+        self.returns[idx] = 0
         self.steps[idx] = 0
 
     def reset(self, seed=None):
@@ -49,30 +79,29 @@ class MountainCarReference:
         self._reset_instances(np.arange(self.num_envs))
         return self.observations(), {}
 
-    def step(self, actions):
-        actions = np.asarray(actions).reshape(self.num_envs)
-        push = (actions - 1).astype(np.float32) * self.force
-        sin_3x, cos_3x = sincos(f32(3.0) * self.position)
-        cos_3x = cos_3x + f32(0) * sin_3x  # as in C, where it keeps the loop vectorizable
-        velocity = self.velocity + (push + cos_3x * -self.gravity)
-        velocity = np.clip(velocity, -self.max_speed, self.max_speed)
+    def _move(self, acceleration):
+        """Velocity then position, clipped; the left wall is inelastic (see
+        mountain_car_move in C). Returns which instances reached the goal."""
+        velocity = np.clip(self.velocity + acceleration, -self.max_speed, self.max_speed)
         position = self.position + velocity
-        # Gymnasium zeroes the velocity when the clipped position sits on the
-        # left wall while moving left; as positions never start past the wall
-        # that is "the unclipped position is at or past it" (see the C header).
         at_wall = position <= MIN_POSITION
         position = np.minimum(np.where(at_wall, MIN_POSITION, position), MAX_POSITION)
         velocity = np.where(at_wall, f32(0), velocity)
         self.position, self.velocity = position.astype(np.float32), velocity.astype(np.float32)
+        return (self.position >= self.goal_position) & (self.velocity >= self.goal_velocity)
+
+    def step(self, actions):
+        acceleration, reward_input = self.acceleration(actions)
+        terminals = self._move(acceleration)
         self.steps += 1
-        terminals = (self.position >= self.goal_position) & (self.velocity >= self.goal_velocity)
         truncations = ~terminals & (self.steps >= self.max_steps)
-        rewards = np.full(self.num_envs, -1.0, np.float32)
+        rewards = self.rewards(terminals, reward_input)
+        self.returns = (self.returns + rewards).astype(np.float32)
         observations = self.observations()
         done = np.flatnonzero(terminals | truncations)
         if done.size:
             self.final_observations[done] = observations[done]
-            self.episode_returns.extend(-self.steps[done].astype(float))
+            self.episode_returns.extend(self.returns[done].astype(float))
             self.episode_lengths.extend(self.steps[done].astype(int))
             self.episode_successes.extend(terminals[done].astype(float))
             self._reset_instances(done)
