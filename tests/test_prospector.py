@@ -78,9 +78,13 @@ def test_c_and_reference_agree_over_long_random_rollouts(config, steps):
     ref = ProspectorReference(num_envs, seed=11, **config)
     np.testing.assert_array_equal(env.observations, ref.observations)
     rng = np.random.default_rng(1)
+    trader = ScriptedTrader(**config)
     ended = 0
     for t in range(steps):
-        actions = mixed_actions(env.observations, rng)
+        # half the instances trade (so selling, refuelling, repairs happen),
+        # the others act at random, sometimes invalidly
+        actions = np.where(np.arange(num_envs) % 2 == 0, trader(env.observations),
+                           mixed_actions(env.observations, rng)).astype(np.int32)
         obs, rewards, terminals, truncations, _ = env.step(actions)
         ref_obs, ref_rewards, ref_terminals, ref_truncations, _ = ref.step(actions)
         np.testing.assert_allclose(obs, ref_obs, rtol=1e-5, atol=1e-5, err_msg=f"step {t}")
@@ -96,6 +100,7 @@ def test_c_and_reference_agree_over_long_random_rollouts(config, steps):
     assert ended > 0 and len(ref.episodes) == ended
     stats = env.episode_stats()
     assert stats.count == ended
+    assert stats.mean["ore_sold"] > 0 and stats.mean["ore_mined"] > 0
     for name in stats.mean:
         expected = np.mean([episode[name] for episode in ref.episodes])
         assert stats.mean[name] == pytest.approx(expected, rel=1e-5, abs=1e-5), name
