@@ -89,10 +89,17 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
 
 
 class Trainer:
-    """Owns the env batch, the policy, the optimizer and the rollout storage."""
+    """Owns the env batch, the policy, the optimizer and the rollout storage.
+
+    `env` (optional) is any batch with the native interface; by default one is
+    made from `config`. Construction sets process-wide torch state from the
+    config: the thread count, deterministic algorithms (`train.deterministic`)
+    and the global seed (parameter initialisation); sampling and minibatch
+    order use the trainer's own `torch.Generator`.
+    """
 
     def __init__(self, config, env=None):
-        t, p = config.train, config.policy
+        t = config.train
         self.config = config
         self.device = resolve_device(t.device)
         torch.set_num_threads(t.torch_threads)
