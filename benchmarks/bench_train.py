@@ -38,6 +38,7 @@ import sys
 import time
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `peregrine train` does
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,6 +81,10 @@ def run(args) -> int:
     if args.total_steps is not None:
         overrides.append(("train.total_steps", args.total_steps))
 
+    # OpenMP threads that spin while waiting made torch_threads = 2 about 80x
+    # slower on a 2-core machine (13k vs 1.06M SPS, benchmarks/RESULTS.md);
+    # sleeping waits cost nothing measurable at 1 thread. Must precede torch.
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from . import run as runs  # imports torch: only after the arguments are sound
     if args.resume:
         run_dir = Path(args.resume)

@@ -59,7 +59,8 @@ class TrainConfig:
     target_kl: float = 0.0           # > 0: stop an update's epochs once approx KL exceeds it
     adam_eps: float = 1e-5
     device: str = "cpu"              # cpu | cuda | auto
-    torch_threads: int = 1           # torch.set_num_threads; env threads are vec.num_threads
+    torch_threads: int = 1           # torch.set_num_threads; env threads are vec.num_threads.
+    #                                  > 1 pays off only with idle cores (see benchmarks/RESULTS.md)
     deterministic: bool = True       # torch.use_deterministic_algorithms (cheap on CPU)
     checkpoint_interval: int = 50    # updates between checkpoints; 0 = only at the end
     progress_interval: int = 10      # updates between plain progress lines
