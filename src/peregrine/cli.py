@@ -1,7 +1,8 @@
 """The `peregrine` command: one subcommand per module, imported only when used.
 
 Each subcommand lives beside the code it drives and exposes
-`add_arguments(parser)` and `run(args) -> int`. Adding a command is one row in
+`add_arguments(parser)` and `run(args) -> int` (and optionally
+`parse_arguments(parser, argv) -> args` when it takes open-ended options). Adding a command is one row in
 COMMANDS; `peregrine --help` stays fast because nothing heavy is imported.
 """
 from __future__ import annotations
@@ -45,7 +46,10 @@ def main(argv=None) -> int:
         raise
     parser = argparse.ArgumentParser(prog=f"peregrine {name}", description=help_text)
     module.add_arguments(parser)
-    args = parser.parse_args(argv[1:])
+    # A command with open-ended options (train's --SECTION.KEY VALUE) parses
+    # its own argument list; the rest use the parser as is.
+    custom_parse = getattr(module, "parse_arguments", None)
+    args = custom_parse(parser, argv[1:]) if custom_parse else parser.parse_args(argv[1:])
     try:
         return int(module.run(args) or 0)
     except KeyboardInterrupt:

@@ -12,7 +12,7 @@ import time
 
 def add_arguments(parser):
     parser.add_argument("env", help="environment name (see `peregrine envs`)")
-    parser.add_argument("--policy", default="random",
+    parser.add_argument("--policy", "--checkpoint", dest="policy", default="random",
                         help="scripted policy name (random, or the env's own: drone_swarm has "
                              "lawnmower, voronoi; prospector has trader) or a checkpoint file / "
                              "run directory")

@@ -243,6 +243,11 @@ class NativeEnv:
         self._batch.reset()
         return self.observations, {}
 
+    def seed_streams(self, seed: int) -> None:
+        """Restarts every instance's random stream from (seed, instance index)
+        without resetting any episode (exact resume uses this)."""
+        self._batch.seed(resolve_seed(seed))
+
     def step(self, actions):
         """Steps every instance with `actions` (one row per agent).
 

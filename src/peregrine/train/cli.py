@@ -33,18 +33,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "[--SECTION.KEY VALUE ...]")
     parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
     _add_flags(parser)
-    # Overrides are open-ended (--train.learning-rate 3e-4), so they are taken
-    # out of the argument list (each with its value) before argparse sees the
-    # rest; the dispatcher calls parse_args, and run() checks them by name.
-    parse_strict = parser.parse_args
 
-    def parse_args(args=None, namespace=None):
-        rest, overrides = split_overrides(sys.argv[1:] if args is None else args)
-        namespace = parse_strict(rest, namespace)
-        namespace.overrides = overrides
-        return namespace
 
-    parser.parse_args = parse_args
+def parse_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """Overrides are open-ended (--train.learning-rate 3e-4), so they are taken
+    out of the argument list (each with its value) before argparse sees the
+    rest; run() checks them by name."""
+    rest, overrides = split_overrides(list(argv))
+    namespace = parser.parse_args(rest)
+    namespace.overrides = overrides
+    return namespace
 
 
 def _add_flags(parser):

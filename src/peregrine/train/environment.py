@@ -49,11 +49,7 @@ def stream_seed(seed: int, update: int) -> int:
 
 
 def _stream_seeder(env):
-    seeder = getattr(env, "seed_streams", None)
-    if seeder is None:
-        batch = getattr(env, "_batch", None)  # NativeEnv: seeds streams without resetting
-        seeder = getattr(batch, "seed", None)
-    return seeder
+    return getattr(env, "seed_streams", None)
 
 
 def reseed_streams(env, seed: int, update: int) -> bool:

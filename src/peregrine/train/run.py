@@ -4,6 +4,8 @@ Run directory (default runs/<env>-<UTC time>-s<seed>/):
 
     config.toml              the resolved configuration (read back by --resume)
     metrics.jsonl            one JSON record per update, then {"status": ...}
+    metrics.bin              the live record the monitor reads (peregrine.monitor)
+    learning_curve.png       episode return against steps, drawn when the run ends
     checkpoints/latest.pt    model, optimizer, RNG states, counters, config, env state
     tensorboard/             event files, when train.tensorboard is true
 
@@ -118,7 +120,19 @@ def train(config: Config, run_dir=None, resume: bool = False, progress=None,
         _restore_sigint(previous_handler)
         if logger is not None:
             logger.close(status)
+            _plot_learning_curve(run_dir)
         trainer.close()
+
+
+def _plot_learning_curve(run_dir) -> None:
+    """learning_curve.png in the run directory; a plotting problem (no
+    matplotlib, no finished episode yet) never fails the run."""
+    try:
+        from ..monitor.plots import plot_learning_curve
+        plot_learning_curve(run_dir)
+    except Exception as error:  # noqa: BLE001 - plotting is a courtesy
+        import sys
+        print(f"peregrine train: no learning curve: {error}", file=sys.stderr)
 
 
 def _install_sigint(stop: StopFlag):
