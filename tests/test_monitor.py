@@ -243,6 +243,18 @@ def test_once_renders_a_live_run_then_the_finished_run(tmp_path, capsys):
     assert code == 0 and "live-run" in out and "done" in out and "finished" in out
 
 
+def test_an_update_without_finished_episodes_shows_the_last_return(tmp_path, capsys):
+    writer = MetricsWriter(tmp_path / "run", [])
+    writer.update(global_step=1000, updates=1, episodes=3, episode_return=431.5,
+                  episode_length=431.5, losses=LOSSES)
+    writer.update(global_step=2000, updates=2, episodes=3, losses=LOSSES)  # none ended
+    writer.close("finished")
+    code, out, _ = monitor(capsys, tmp_path / "run", "--once")
+    assert code == 0
+    return_row = next(line for line in out.splitlines() if " return " in line)
+    assert "431.5*" in return_row
+
+
 def test_dead_trainer_shows_as_stale(tmp_path, capsys):
     process = start_writer(tmp_path / "run", mode="die")
     process.wait(timeout=30)

@@ -117,10 +117,18 @@ def render(snapshot: Snapshot, width: int = 100):
     throughput.add_row("updates", number(value["updates"]), "")
     throughput.add_row("elapsed", duration(value["elapsed"]), "")
 
+    def latest(name):
+        """This update's value, or, when no episode ended in it (long episodes
+        near the end of training), the last one that did, marked with '*'."""
+        if value[name] == value[name]:
+            return number(value[name])
+        earlier = [v for v in series(name) if v == v]
+        return f"{number(earlier[-1])}*" if earlier else "-"
+
     episodes = _table("Episodes")
     episodes.add_row("finished", number(value["episodes"]), "")
-    episodes.add_row("return", number(value["episode_return"]), sparkline(series("episode_return"), spark))
-    episodes.add_row("length", number(value["episode_length"]), sparkline(series("episode_length"), spark))
+    episodes.add_row("return", latest("episode_return"), sparkline(series("episode_return"), spark))
+    episodes.add_row("length", latest("episode_length"), sparkline(series("episode_length"), spark))
 
     losses = _table("Losses")
     for name in LOSS_NAMES:
