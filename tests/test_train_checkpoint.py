@@ -42,11 +42,13 @@ def test_same_seed_gives_identical_losses(lstm):
         trainer.close()
 
 
-@pytest.mark.parametrize("lstm", [False, True])
-def test_resume_continues_exactly(tmp_path, lstm):
+@pytest.mark.parametrize("lstm, normalize", [(False, False), (True, False), (False, True)])
+def test_resume_continues_exactly(tmp_path, lstm, normalize):
     """Stop after 2 updates, save, load into a fresh trainer, run 3 more: the losses
-    and parameters equal those of an uninterrupted 5-update run."""
-    extra = [("policy.lstm", lstm), ("policy.bptt_horizon", 8)]
+    and parameters (and, with normalisation on, the running statistics) equal those
+    of an uninterrupted 5-update run."""
+    extra = [("policy.lstm", lstm), ("policy.bptt_horizon", 8),
+             ("train.normalize_obs", normalize), ("train.normalize_reward", normalize)]
     uninterrupted = Trainer(small_config(*extra))
     expected = run_updates(uninterrupted, 5)
 
@@ -62,6 +64,13 @@ def test_resume_continues_exactly(tmp_path, lstm):
     assert got == expected
     for a, b in zip(parameters(resumed), parameters(uninterrupted)):
         assert torch.equal(a, b)
+    if normalize:
+        for name in ("obs_norm", "reward_scaler"):
+            mine, theirs = getattr(resumed, name).stats, getattr(uninterrupted, name).stats
+            # 5 updates x 128 steps, plus the 8 rows' reset observations for the observations
+            assert mine.count == theirs.count == 128 * 5 + (8 if name == "obs_norm" else 0)
+            assert np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var)
+        assert np.array_equal(resumed.reward_scaler.returns, uninterrupted.reward_scaler.returns)
     uninterrupted.close()
     resumed.close()
 

@@ -112,10 +112,13 @@ class Actor:
     ones. Recurrent policies keep one state per row, reset where `starts`
     (or the env's terminals | truncations, passed to `observe_done`) say an
     episode began; call `reset()` before a new batch of episodes.
+    `obs_normalizer` (an ObservationNormalizer, from a run trained with
+    train.normalize_obs) is applied, frozen, to every observation first.
     """
 
-    def __init__(self, policy, action_space):
+    def __init__(self, policy, action_space, obs_normalizer=None):
         self.policy = policy
+        self.obs_normalizer = obs_normalizer
         self.action_dtype = np.dtype(action_space.dtype)
         self.low = self.high = None
         if policy.action_kind == "box":
@@ -136,6 +139,8 @@ class Actor:
         obs = torch.as_tensor(np.asarray(observations))
         if obs.ndim == 1:
             obs = obs.unsqueeze(0)
+        if self.obs_normalizer is not None:
+            obs = self.obs_normalizer.normalize(obs)
         rows = obs.shape[0]
         if self.policy.use_lstm:
             if self.state is None or self.state[0].shape[0] != rows:
@@ -165,4 +170,21 @@ def load_actor(path, env) -> Actor:
         if key not in payload:
             raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
     policy = build_policy(payload, env, label)
-    return Actor(policy, env.single_action_space)
+    return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label))
+
+
+def build_obs_normalizer(payload: dict, policy, path="checkpoint"):
+    """The checkpoint's observation normaliser (None when it was trained without one)."""
+    state = payload.get("obs_normalizer")
+    if state is None:
+        if payload["config"].get("train", {}).get("normalize_obs"):
+            raise ValueError(f"{path} was trained with train.normalize_obs but holds no "
+                             f"normaliser statistics")
+        return None
+    from .normalize import ObservationNormalizer
+    normalizer = ObservationNormalizer(policy.obs_dim)
+    try:
+        normalizer.load_state_dict(state, f"{path}: observation normaliser")
+    except (KeyError, TypeError, AttributeError) as error:
+        raise ValueError(f"{path} has a malformed observation normaliser: {error}") from None
+    return normalizer

@@ -67,6 +67,10 @@ class TrainConfig:
     run_dir: str = "runs"            # parent folder of run directories
     tensorboard: bool = True         # also write TensorBoard event files (if installed)
     stop_return: float = 0.0         # > 0: stop once the recent mean episode return reaches it
+    normalize_obs: bool = False      # policy input = clip((obs - running mean) / running std)
+    obs_clip: float = 10.0           # |normalised observation| limit
+    normalize_reward: bool = False   # reward / running std of the discounted return
+    reward_clip: float = 10.0        # |scaled reward| limit
 
 
 @dataclass
@@ -303,6 +307,9 @@ def validate(config: Config) -> None:
     for name, value in (("train.gamma", t.gamma), ("train.gae_lambda", t.gae_lambda)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {value}")
+    for name, value in (("train.obs_clip", t.obs_clip), ("train.reward_clip", t.reward_clip)):
+        if value <= 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
     if t.adam_eps <= 0:
         raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
     if p.lstm and t.horizon % p.bptt_horizon:

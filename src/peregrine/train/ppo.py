@@ -24,6 +24,12 @@ Correctness points worth naming:
   per-minibatch advantage normalisation, global gradient-norm clipping, linear
   learning-rate annealing, optional early stop on approximate KL.
 * Rows whose `masks` entry is False (dead agents) are left out of the loss.
+* Optional observation normalisation and reward scaling (`train.normalize_obs`,
+  `train.normalize_reward`, see normalize.py): statistics are updated from each
+  step's env output; the normalised observation is written into the rollout
+  storage row (never into the env's buffer), truncated rows are bootstrapped
+  from V(normalised final observation), and the statistics are checkpointed.
+  Off, the hot path is unchanged (one `is None` test per step).
 """
 from __future__ import annotations
 
@@ -35,6 +41,7 @@ import numpy as np
 import torch
 
 from . import environment
+from .normalize import ObservationNormalizer, RewardScaler
 from .policy import Policy, describe_space
 
 
@@ -137,6 +144,14 @@ class Trainer:
                                 getattr(env, "truncations", None))
         self.masks_np = getattr(env, "masks", None)
         self.masks_view = None if self.masks_np is None else torch.from_numpy(self.masks_np)
+        self.obs_norm = self.reward_scaler = None
+        if t.normalize_obs:
+            self.obs_norm = ObservationNormalizer(self.policy.obs_dim, t.obs_clip, device)
+            self.obs_norm.update(observations, self._live_rows())
+        if t.normalize_reward:
+            self.reward_scaler = RewardScaler(rows, t.gamma, t.reward_clip)
+            self._scaled_rewards = np.zeros(rows, dtype=np.float32)
+            self._scaled_view = torch.from_numpy(self._scaled_rewards)
         action_space = env.single_action_space
         self.actions_np = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
         self.actions_view = torch.from_numpy(self.actions_np)
@@ -147,6 +162,8 @@ class Trainer:
 
         # Rollout storage, allocated once.
         obs_shape, obs_dtype = tuple(observations.shape[1:]), self.obs_view.dtype
+        if self.obs_norm is not None:
+            obs_dtype = torch.float32
         action_dtype = torch.float32 if self.policy.action_kind == "box" else torch.int64
         shape = (horizon, rows)
         self.obs_buf = torch.zeros(shape + obs_shape, dtype=obs_dtype, device=device)
@@ -177,6 +194,19 @@ class Trainer:
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
 
+    def _live_rows(self):
+        """Boolean live-row mask (agent masks) for the normaliser, or None for all rows."""
+        if self.masks_np is None or self.masks_np.all():
+            return None
+        return self.masks_np.astype(bool, copy=False)
+
+    def _policy_input(self, raw: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """The policy's view of env observations: normalised when train.normalize_obs."""
+        raw = raw.to(self.device, non_blocking=self.device.type != "cpu")
+        if self.obs_norm is None:
+            return raw if out is None else out.copy_(raw)
+        return self.obs_norm.normalize(raw, out)
+
     def _bind_step_buffers(self, rewards, terminals, truncations):
         self._rewards_np = rewards
         self.rewards_view = None if rewards is None else torch.from_numpy(rewards)
@@ -205,7 +235,10 @@ class Trainer:
         starts = self.next_starts
         for step in range(self.horizon):
             obs = self.obs_buf[step]
-            obs.copy_(self.obs_view, non_blocking=not on_cpu)
+            if self.obs_norm is None:
+                obs.copy_(self.obs_view, non_blocking=not on_cpu)
+            else:
+                self.obs_norm.normalize(self.obs_view.to(device, non_blocking=not on_cpu), obs)
             if self.masks_view is not None:
                 self.live_buf[step].copy_(self.masks_view, non_blocking=not on_cpu)
             if use_lstm:
@@ -222,19 +255,22 @@ class Trainer:
                 actions = torch.maximum(torch.minimum(actions, self.action_high), self.action_low)
             self.actions_view.copy_(actions)
             tick = time.perf_counter()
-            _obs, rewards, terminals, truncations, _infos = env.step(self.actions_np)
+            next_obs, rewards, terminals, truncations, _infos = env.step(self.actions_np)
             env_seconds += time.perf_counter() - tick
             if rewards is not self._rewards_np or truncations is not self._truncations_np:
                 self._bind_step_buffers(rewards, terminals, truncations)
             done = self.dones_buf[step]
             torch.logical_or(self.terminals_view.to(device, non_blocking=not on_cpu),
                              self.truncations_view.to(device, non_blocking=not on_cpu), out=done)
-            self.rewards_buf[step].copy_(self.rewards_view, non_blocking=not on_cpu)
+            if self.obs_norm is None and self.reward_scaler is None:
+                self.rewards_buf[step].copy_(self.rewards_view, non_blocking=not on_cpu)
+            else:
+                self._update_normalisers(next_obs, rewards, terminals, truncations, step)
             if truncations.any():
                 # Bootstrap cut-off episodes from V(final observation); a row
                 # flagged both ways ended for real and gets no bootstrap.
                 rows = torch.from_numpy(np.flatnonzero(truncations & ~terminals)).to(device)
-                final = self.final_obs_view[rows.cpu()].to(device)
+                final = self._policy_input(self.final_obs_view[rows.cpu()])
                 if use_lstm:
                     sub_state = (state[0][rows], state[1][rows])
                     final_values = policy.value(final, sub_state, torch.zeros_like(rows, dtype=torch.bool))
@@ -244,12 +280,27 @@ class Trainer:
             starts = done
         self.lstm_state = state
         self.next_starts = starts.clone()
-        last_value = policy.value(self.obs_view.to(device), state, self.next_starts)
+        last_value = policy.value(self._policy_input(self.obs_view), state, self.next_starts)
         compute_gae(self.rewards_buf, self.values_buf, self.dones_buf, last_value, gamma,
                     self.config.train.gae_lambda, out=self.advantages_buf)
         torch.add(self.advantages_buf, self.values_buf, out=self.returns_buf)
         total = time.perf_counter() - start
         return {"env": env_seconds, "forward": total - env_seconds}
+
+    def _update_normalisers(self, next_obs, rewards, terminals, truncations, step) -> None:
+        """Statistics from this step's env output; the (scaled) rewards into storage."""
+        if next_obs is not self._obs_np:
+            self._obs_np = next_obs
+            self.obs_view = torch.from_numpy(next_obs)
+            self.final_obs_view = torch.from_numpy(self.env.final_observations)
+        live = self._live_rows()
+        if self.obs_norm is not None:
+            self.obs_norm.update(next_obs, live)
+        source = self.rewards_view
+        if self.reward_scaler is not None:
+            self.reward_scaler.scale(rewards, terminals | truncations, self._scaled_rewards, live)
+            source = self._scaled_view
+        self.rewards_buf[step].copy_(source, non_blocking=self.device.type != "cpu")
 
     def learn(self) -> dict:
         t = self.config.train
@@ -477,6 +528,8 @@ class Trainer:
             "rows": self.rows,
             "next_starts": self.next_starts.cpu(),
             "env_state": environment.snapshot(env) if self.exact_resume else None,
+            "obs_normalizer": None if self.obs_norm is None else self.obs_norm.state_dict(),
+            "reward_scaler": None if self.reward_scaler is None else self.reward_scaler.state_dict(),
         }
         if self.lstm_state is not None:
             state["lstm_state"] = [s.cpu() for s in self.lstm_state]
@@ -497,6 +550,15 @@ class Trainer:
         self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.recent_episodes = deque((tuple(x) for x in state["recent_episodes"]), maxlen=256)
         self.next_starts = state["next_starts"].to(self.device)
+        for name, normaliser in (("obs_normalizer", self.obs_norm),
+                                 ("reward_scaler", self.reward_scaler)):
+            if normaliser is None:
+                continue
+            if state.get(name) is None:
+                raise ValueError(f"checkpoint has no {name} statistics but this run has "
+                                 f"train.{'normalize_obs' if name == 'obs_normalizer' else 'normalize_reward'} "
+                                 f"on; keep the run's config when resuming")
+            normaliser.load_state_dict(state[name])
         if state.get("lstm_state") is not None:
             self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])
         if state.get("env_state") is not None and self.exact_resume:

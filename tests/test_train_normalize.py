@@ -1,0 +1,150 @@
+"""Observation normalisation and reward scaling (train.normalize_obs / normalize_reward)."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from peregrine.train import checkpoint
+from peregrine.train.config import load_config
+from peregrine.train.normalize import (EPSILON, ObservationNormalizer, RewardScaler,
+                                       RunningMeanStd)
+from peregrine.train.ppo import Trainer
+from test_train_bootstrap import CounterEnv
+
+
+def test_running_stats_equal_numpy_over_all_batches():
+    rng = np.random.default_rng(3)
+    stats = RunningMeanStd((3,))
+    batches = [rng.normal([5.0, -2.0, 1e3], [0.1, 4.0, 50.0], size=(n, 3)).astype(np.float32)
+               for n in (1, 7, 64, 2, 300, 1)]
+    for batch in batches:
+        stats.update(batch)
+    data = np.concatenate(batches).astype(np.float64)
+    assert stats.count == len(data)
+    np.testing.assert_allclose(stats.mean, data.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-10)
+    stats.update(np.zeros((0, 3), np.float32))          # an empty batch changes nothing
+    assert stats.count == len(data)
+
+
+def test_observation_normalizer_formula_clip_and_input_untouched():
+    norm = ObservationNormalizer(2, clip=3.0)
+    data = np.array([[0.0, 10.0], [2.0, 10.0], [4.0, 10.0]], np.float32)
+    norm.update(data)
+    raw = np.array([[2.0, 10.0], [100.0, 9.0]], np.float32)
+    before = raw.copy()
+    got = norm.normalize(torch.from_numpy(raw)).numpy()
+    np.testing.assert_array_equal(raw, before)            # the env's buffer is only read
+    expected = np.clip((raw - data.mean(0)) / np.sqrt(data.var(0) + EPSILON), -3.0, 3.0)
+    np.testing.assert_allclose(got, expected, rtol=1e-6)
+    assert got[1, 0] == 3.0 and got[1, 1] == -3.0         # clipped both ways
+
+
+def test_reward_scaler_matches_discounted_return_reference():
+    rng = np.random.default_rng(4)
+    rows, steps, gamma = 3, 40, 0.9
+    rewards = rng.normal(2.0, 3.0, size=(steps, rows)).astype(np.float32)
+    dones = rng.random((steps, rows)) < 0.1
+    scaler = RewardScaler(rows, gamma, clip=5.0)
+    out = np.zeros(rows, np.float32)
+    running, seen = np.zeros(rows), []
+    for t in range(steps):
+        got = scaler.scale(rewards[t], dones[t], out).copy()
+        running = gamma * running + rewards[t]
+        seen.extend(running)
+        expected = np.clip(rewards[t] / np.sqrt(np.var(seen) + EPSILON), -5.0, 5.0)
+        np.testing.assert_allclose(got, expected, rtol=1e-5)
+        running[dones[t]] = 0.0
+    np.testing.assert_allclose(scaler.stats.var, np.var(seen), rtol=1e-10)
+
+
+def normalised_trainer(env, **train):
+    overrides = [("vec.num_envs", env.num_envs), ("train.horizon", 12),
+                 ("train.minibatch_size", 32), ("train.update_epochs", 2),
+                 ("train.normalize_obs", True)]
+    overrides += [(f"train.{k}", v) for k, v in train.items()]
+    return Trainer(load_config("cartpole", overrides=overrides), env=env)
+
+
+def test_rollout_normalises_into_storage_and_bootstraps_from_normalised_final_obs():
+    """The env's observation buffer keeps raw counts; the storage holds them normalised
+    with the statistics of every observation seen so far; the truncation bootstrap
+    evaluates V on the normalised final observation."""
+    env = CounterEnv(num_envs=6, limit=5)
+    trainer = normalised_trainer(env)
+    seen = [env.observations[:, 0].copy()]
+    stored_expected = []
+    final_inputs = []
+    value = trainer.policy.value
+
+    def recording_value(obs, *args):
+        if obs.shape[0] < env.num_envs:       # a bootstrap: only the truncated rows
+            final_inputs.append((obs.clone(), trainer.obs_norm.shift.clone(),
+                                 trainer.obs_norm.scale.clone()))
+        return value(obs, *args)
+
+    trainer.policy.value = recording_value
+    step = env.step
+
+    def recording_step(actions):
+        data = np.concatenate(seen)
+        stored_expected.append(np.clip((env.observations[:, 0] - data.mean())
+                                       / np.sqrt(data.var() + EPSILON), -10, 10))
+        result = step(actions)
+        seen.append(env.observations[:, 0].copy())
+        return result
+
+    env.step = recording_step
+    trainer.rollout()
+    assert env.observations.max() < env.limit and env.observations.min() >= 0   # raw, untouched
+    np.testing.assert_allclose(trainer.obs_buf[:, :, 0].numpy(), np.array(stored_expected),
+                               rtol=1e-5, atol=1e-6)
+    assert len(final_inputs) == trainer.horizon    # staggered rows: a cut on every step
+    for obs, shift, scale in final_inputs:
+        expected = ((torch.full_like(obs, float(env.limit)) - shift) * scale).clamp(-10, 10)
+        torch.testing.assert_close(obs, expected)
+        assert not torch.allclose(obs, torch.full_like(obs, float(env.limit)))
+    trainer.close()
+
+
+def test_checkpoint_round_trip_and_load_actor_applies_the_statistics(tmp_path):
+    config = load_config("pendulum", overrides=[
+        ("vec.num_envs", 4), ("train.horizon", 16), ("train.minibatch_size", 32),
+        ("train.total_steps", 64), ("train.normalize_obs", True), ("train.normalize_reward", True)])
+    trainer = Trainer(config)
+    trainer.update()
+    path = tmp_path / "c.pt"
+    checkpoint.save(path, trainer.state_dict())
+    payload = checkpoint.load(path)
+    restored = ObservationNormalizer(3)
+    restored.load_state_dict(payload["obs_normalizer"])
+    stats = trainer.obs_norm.stats
+    assert restored.stats.count == stats.count == 4 + 64
+    assert np.array_equal(restored.stats.mean, stats.mean)
+    assert np.array_equal(restored.stats.var, stats.var)
+    assert payload["reward_scaler"]["count"] == 64
+
+    actor = checkpoint.load_actor(path, trainer.env)
+    observations = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * 3
+    raw = observations.copy()
+    with torch.no_grad():
+        params, _, _ = trainer.policy.heads(trainer.obs_norm.normalize(torch.from_numpy(raw)))
+    expected = params.clamp(-2.0, 2.0).numpy()
+    np.testing.assert_allclose(actor(observations), expected, rtol=1e-6)
+    np.testing.assert_array_equal(observations, raw)
+    # Without the statistics the actor would act differently: they matter.
+    with torch.no_grad():
+        plain, _, _ = trainer.policy.heads(torch.from_numpy(raw))
+    assert not np.allclose(plain.clamp(-2.0, 2.0).numpy(), expected)
+    # A checkpoint claiming normalisation but lacking its statistics is refused.
+    del payload["obs_normalizer"]
+    checkpoint.save(tmp_path / "bad.pt", payload)
+    with pytest.raises(ValueError, match="normaliser statistics"):
+        checkpoint.load_actor(tmp_path / "bad.pt", trainer.env)
+    trainer.close()
+
+
+def test_bad_clip_values_are_refused():
+    with pytest.raises(ValueError, match="train.obs_clip must be > 0"):
+        load_config("cartpole", overrides=[("train.obs_clip", 0)])
