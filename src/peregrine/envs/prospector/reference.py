@@ -16,7 +16,7 @@ Random draws per instance, in order:
          amount; then one 64-bit draw per station for the market (ore k uses
          bits 16k..16k+15 as a noise in [-1, 1)).
 
-It is slow (tens of microseconds per instance step) and meant for tests and
+It is slow (0.1-0.3 ms per instance step) and meant for tests and
 for reading, not for training.
 """
 from __future__ import annotations
