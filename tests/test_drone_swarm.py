@@ -81,14 +81,6 @@ def test_parity_with_confirmations_deliveries_and_lost_reports():
     assert stats.mean["delivered"] > 0 and stats.mean["confirmed"] > stats.mean["delivered"] - 1
 
 
-def test_config_table_matches_the_c_header():
-    native = _drone_swarm.config_fields()
-    assert [f[0] for f in native] == [f[0] for f in CONFIG_FIELDS]
-    for (name, default, low, high, is_int), c_row in zip(CONFIG_FIELDS, native):
-        assert (float(default), float(low), float(high), bool(is_int)) == c_row[1:], name
-    assert _drone_swarm.stat_names() == STAT_NAMES
-
-
 def test_spaces_rows_and_presets():
     for preset in DroneSwarm.presets:
         with DroneSwarm(num_envs=2, seed=0, preset=preset) as env:

@@ -103,64 +103,12 @@ import numpy as np
 
 from ..native_env import NativeEnv
 
-try:
-    from . import _drone_swarm
-except ImportError:  # not built yet: the reference still works
-    _drone_swarm = None
+from . import _drone_swarm
 
-# (name, default, min, max, is_integer) -- mirrors ENV_CONFIG in drone_swarm.h
-# in the same order (a test checks they agree).
-CONFIG_FIELDS = (
-    ("world_size", 100.0, 1.0, 1000.0, False),
-    ("n_drones", 8, 1, 64, True),
-    ("n_victims", 10, 1, 128, True),
-    ("base_x", -1.0, -1.0, 1000.0, False),
-    ("base_y", -1.0, -1.0, 1000.0, False),
-    ("r_comm", 15.0, 0.001, 1e4, False),
-    ("r_sense", 15.0, 0.001, 1e4, False),
-    ("r_confirm_radius", 3.0, 0.0, 1e4, False),
-    ("t_confirm", 4, 1, 1e6, True),
-    ("m_deliver", 15, 0, 1e6, True),
-    ("v_max", 2.5, 0.0, 1e3, False),
-    ("dt", 1.0, 0.0, 100.0, False),
-    ("c_idle", 0.0003, 0.0, 1.0, False),
-    ("c_move", 0.0006, 0.0, 1.0, False),
-    ("c_scan", 0.0002, 0.0, 1.0, False),
-    ("max_steps", 800, 1, 1e7, True),
-    ("spawn_radius", -1.0, -1.0, 1e4, False),
-    ("victim_min_dist", 25.0, 0.0, 1e4, False),
-    ("victim_max_dist", 90.0, 0.0, 1e4, False),
-    ("obs_n_nearest", 3, 0, 16, True),
-    ("detect_prob_scale", 1.0, 0.0, 1e6, False),
-    ("cell_size", 10.0, 0.01, 1000.0, False),
-    ("r_time", -0.005, -1e3, 1e3, False),
-    ("c_energy", 0.0, -1e3, 1e3, False),
-    ("r_found", 30.0, -1e3, 1e3, False),
-    ("r_found_divide_by_n", 1, 0, 1, True),
-    ("r_confirm", 10.0, -1e3, 1e3, False),
-    ("r_explore", 0.1, -1e3, 1e3, False),
-    ("r_scan_near", 0.3, -1e3, 1e3, False),
-    ("r_dispersion", 0.05, -1e3, 1e3, False),
-    ("min_drone_separation", 8.0, 0.0, 1e4, False),
-    ("r_connect", 0.01, -1e3, 1e3, False),
-    ("p_comm_drop", 0.0, 0.0, 1.0, False),
-    ("randomise", 0, 0, 1, True),
-    ("r_comm_min", 10.0, 0.001, 1e4, False),
-    ("r_comm_max", 20.0, 0.001, 1e4, False),
-    ("p_comm_drop_min", 0.0, 0.0, 1.0, False),
-    ("p_comm_drop_max", 0.1, 0.0, 1.0, False),
-    ("t_confirm_choice_0", 3, -1, 1e6, True),
-    ("t_confirm_choice_1", 4, -1, 1e6, True),
-    ("t_confirm_choice_2", 6, -1, 1e6, True),
-    ("t_confirm_choice_3", -1, -1, 1e6, True),
-    ("m_deliver_choice_0", 10, -1, 1e6, True),
-    ("m_deliver_choice_1", 15, -1, 1e6, True),
-    ("m_deliver_choice_2", 25, -1, 1e6, True),
-    ("m_deliver_choice_3", -1, -1, 1e6, True),
-)
-
-STAT_NAMES = ("episode_return", "episode_length", "delivered", "confirmed", "success",
-              "time_to_first_delivery", "connected_fraction", "explored_fraction")
+# The config table and statistic names live once, in drone_swarm.h (ENV_CONFIG,
+# ENV_STATS); (name, default, min, max, is_integer) rows in config order.
+CONFIG_FIELDS = _drone_swarm.config_fields()
+STAT_NAMES = _drone_swarm.stat_names()
 
 MAX_CELLS_PER_SIDE = 128
 HEADER_SIZE = 7
@@ -200,16 +148,6 @@ class DroneSwarm(NativeEnv):
         "large_area": {"world_size": 200.0, "n_drones": 16, "n_victims": 20,
                        "victim_max_dist": 140.0},
     }
-
-    def __init__(self, *args, **kwargs):
-        if self.native_module is None:
-            raise ImportError("peregrine.envs.drone_swarm._drone_swarm is not built; run "
-                              "PEREGRINE_ENVS=drone_swarm python setup.py build_ext --inplace")
-        super().__init__(*args, **kwargs)
-
-    @classmethod
-    def config_fields(cls):
-        return CONFIG_FIELDS
 
     @classmethod
     def resolve_config(cls, config: dict) -> dict:
