@@ -116,9 +116,10 @@ class Actor:
     train.normalize_obs) is applied, frozen, to every observation first.
     """
 
-    def __init__(self, policy, action_space, obs_normalizer=None):
+    def __init__(self, policy, action_space, obs_normalizer=None, mask_slice=None):
         self.policy = policy
         self.obs_normalizer = obs_normalizer
+        self.mask_slice = mask_slice    # valid-action mask columns of the RAW observation
         self.action_dtype = np.dtype(action_space.dtype)
         self.low = self.high = None
         if policy.action_kind == "box":
@@ -139,6 +140,7 @@ class Actor:
         obs = torch.as_tensor(np.asarray(observations))
         if obs.ndim == 1:
             obs = obs.unsqueeze(0)
+        mask = None if self.mask_slice is None else obs[:, self.mask_slice] > 0.5
         if self.obs_normalizer is not None:
             obs = self.obs_normalizer.normalize(obs)
         rows = obs.shape[0]
@@ -151,7 +153,7 @@ class Actor:
             self.starts = torch.zeros(rows, dtype=torch.bool)
         else:
             params, _values, _ = self.policy.heads(obs)
-        actions = self.policy.deterministic(params)
+        actions = self.policy.deterministic(params, mask)
         if self.low is not None:
             actions = torch.maximum(torch.minimum(actions, self.high), self.low)
         result = actions.numpy().astype(self.action_dtype, copy=False)
@@ -170,7 +172,11 @@ def load_actor(path, env) -> Actor:
         if key not in payload:
             raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
     policy = build_policy(payload, env, label)
-    return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label))
+    from .environment import action_mask_slice
+    mask_slice = action_mask_slice(env, payload.get("env_name"),
+                                   payload["config"].get("policy", {}).get("action_mask", "auto"))
+    return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label),
+                 mask_slice)
 
 
 def build_obs_normalizer(payload: dict, policy, path="checkpoint"):

@@ -82,6 +82,8 @@ class PolicyConfig:
     lstm_size: int = 64
     bptt_horizon: int = 16           # truncated backprop length (must divide train.horizon)
     init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
+    action_mask: str = "auto"        # Discrete heads: "auto" = mask invalid actions with the
+                                     # env's action_mask_slice (if it has one) | "false"
 
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
@@ -89,6 +91,7 @@ CHOICES = {
     ("vec", "backend"): ("native", "serial", "multiprocessing"),
     ("train", "device"): ("cpu", "cuda", "auto"),
     ("policy", "activation"): ("tanh", "relu"),
+    ("policy", "action_mask"): ("auto", "false"),
 }
 
 
@@ -207,6 +210,8 @@ def set_key(config: Config, dotted: str, value: Any) -> None:
         raise ValueError(f"unknown config key {section}.{key}; valid keys in [{section}]: "
                          f"{sorted(names)}")
     default = getattr(type(target)(), key)
+    if (section, key) == ("policy", "action_mask") and isinstance(value, bool):
+        value = "auto" if value else "false"   # TOML `action_mask = false`
     converted = convert(f"{section}.{key}", value, type(default))
     choices = CHOICES.get((section, key))
     if choices is not None and converted not in choices:

@@ -81,3 +81,33 @@ def restore(env, states: torch.Tensor) -> None:
                          f"env has num_envs={env.num_envs}")
     for i in range(env.num_envs):
         env.set_state(i, states[i])
+
+
+def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=None):
+    """The observation columns holding a Discrete env's valid-action mask, or None.
+
+    Read from the env's `action_mask_slice` attribute, else from its registered
+    class (vector wrappers do not forward class attributes). None when
+    `setting` is "false", the env declares no slice, or the actions are not
+    Discrete. A slice that does not fit the spaces is a ValueError.
+    """
+    from gymnasium import spaces
+    if setting == "false":
+        return None
+    space = env.single_action_space if action_space is None else action_space
+    if not isinstance(space, spaces.Discrete):
+        return None
+    found = getattr(env, "action_mask_slice", None)
+    if found is None and env_name is not None:
+        from ..registry import ENVS, env_class
+        if env_name in ENVS:
+            found = getattr(env_class(env_name), "action_mask_slice", None)
+    if found is None:
+        return None
+    if obs_dim is None:
+        obs_dim = int(env.single_observation_space.shape[0])
+    if not isinstance(found, slice) or found.stop is None or found.stop > obs_dim \
+            or len(range(*found.indices(obs_dim))) != int(space.n):
+        raise ValueError(f"{env_name}: action_mask_slice {found!r} must cover exactly "
+                         f"{int(space.n)} observation columns within {obs_dim}")
+    return found

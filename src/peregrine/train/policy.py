@@ -27,6 +27,18 @@ from gymnasium import spaces
 from torch import nn
 
 LOG_2PI = math.log(2.0 * math.pi)
+# Logit given to invalid actions: exp() of it underflows to exactly 0, and
+# 0 * (-1e9) stays 0 in the entropy (unlike -inf or finfo.min, which give NaN).
+MASKED_LOGIT = -1e9
+
+
+def mask_logits(logits: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """Logits with invalid actions (`mask` False) set to MASKED_LOGIT. A row with no
+    valid action is left unmasked rather than turned into NaNs."""
+    if mask is None:
+        return logits
+    mask = mask | ~mask.any(-1, keepdim=True)
+    return logits.masked_fill(~mask, MASKED_LOGIT)
 
 
 def describe_space(space) -> dict:
@@ -136,8 +148,9 @@ class Policy(nn.Module):
         return self.critic_head(self.critic_body(self._input(observations))).squeeze(-1)
 
     # ---- distributions ------------------------------------------------------------
-    def sample(self, params, generator):
-        """(actions, log-probs) drawn from the head's distribution."""
+    def sample(self, params, generator, mask=None):
+        """(actions, log-probs) drawn from the head's distribution. `mask` (Discrete
+        only, bool [rows, n]) marks valid actions; the others get probability 0."""
         if self.action_kind == "box":
             std = self.log_std.exp()
             noise = torch.randn(params.shape, generator=generator, device=params.device)
@@ -145,7 +158,7 @@ class Policy(nn.Module):
             logprob = (-0.5 * noise.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
             return actions, logprob
         if self.action_kind == "discrete":
-            return self._sample_categorical(params, generator)
+            return self._sample_categorical(mask_logits(params, mask), generator)
         actions, logprobs = [], 0
         for logits in params.split(self.nvec, dim=-1):
             a, lp = self._sample_categorical(logits, generator)
@@ -163,7 +176,7 @@ class Policy(nn.Module):
         actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
         return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
-    def log_prob_entropy(self, params, actions, entropy: bool = True):
+    def log_prob_entropy(self, params, actions, entropy: bool = True, mask=None):
         """(log-probs of `actions`, entropies) under the head's distribution; entropies
         are None when `entropy` is False (saves their ops when they are not needed)."""
         if self.action_kind == "box":
@@ -174,7 +187,7 @@ class Policy(nn.Module):
                 return logprob, None
             return logprob, (0.5 + 0.5 * LOG_2PI + self.log_std).sum().expand(params.shape[0])
         if self.action_kind == "discrete":
-            return self._categorical_lp_ent(params, actions.long(), entropy)
+            return self._categorical_lp_ent(mask_logits(params, mask), actions.long(), entropy)
         logprob, total = 0, (0 if entropy else None)
         for i, logits in enumerate(params.split(self.nvec, dim=-1)):
             lp, ent = self._categorical_lp_ent(logits, actions[..., i].long(), entropy)
@@ -191,10 +204,11 @@ class Policy(nn.Module):
             return chosen, None
         return chosen, -(log_probs.exp() * log_probs).sum(-1)
 
-    def deterministic(self, params):
-        """The mode: argmax per categorical, the mean for a Gaussian."""
+    def deterministic(self, params, mask=None):
+        """The mode: argmax per categorical (over valid actions where `mask` is
+        given), the mean for a Gaussian."""
         if self.action_kind == "box":
             return params
         if self.action_kind == "discrete":
-            return params.argmax(-1)
+            return mask_logits(params, mask).argmax(-1)
         return torch.stack([logits.argmax(-1) for logits in params.split(self.nvec, dim=-1)], -1)

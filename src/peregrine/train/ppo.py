@@ -24,6 +24,10 @@ Correctness points worth naming:
   per-minibatch advantage normalisation, global gradient-norm clipping, linear
   learning-rate annealing, optional early stop on approximate KL.
 * Rows whose `masks` entry is False (dead agents) are left out of the loss.
+* Invalid-action masking (`policy.action_mask`, Discrete only): where the env
+  declares `action_mask_slice`, each step's valid-action mask is read from the
+  raw observation (before any normalisation), stored with the rollout, and the
+  logits of invalid actions are set to -1e9 for sampling, log-probs and entropy.
 * Optional observation normalisation and reward scaling (`train.normalize_obs`,
   `train.normalize_reward`, see normalize.py): statistics are updated from each
   step's env output; the normalised observation is written into the rollout
@@ -155,6 +159,11 @@ class Trainer:
         action_space = env.single_action_space
         self.actions_np = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
         self.actions_view = torch.from_numpy(self.actions_np)
+        # Invalid-action masking (policy.action_mask): the env's mask columns are read
+        # from the RAW observation each step and stored, so learning replays the
+        # same masked distribution that sampled the action.
+        self.mask_slice = environment.action_mask_slice(env, config.env_name, p.action_mask)
+        self.action_mask_buf = None
         self.action_low = self.action_high = None
         if self.policy.action_kind == "box":
             self.action_low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
@@ -176,6 +185,9 @@ class Trainer:
         self.starts_buf = torch.zeros(shape, dtype=torch.bool, device=device)
         self.live_buf = torch.ones(shape, dtype=torch.bool, device=device)
         self.advantages_buf = torch.zeros(shape, device=device)
+        if self.mask_slice is not None:
+            self.action_mask_buf = torch.ones(shape + (self.policy.action_dim,),
+                                              dtype=torch.bool, device=device)
         self.returns_buf = torch.zeros(shape, device=device)
         # Episode starts of the current observations (the LSTM zeroes its state there).
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
@@ -246,8 +258,13 @@ class Trainer:
                 if step % bptt == 0:
                     self.segment_h[step // bptt] = state[0]
                     self.segment_c[step // bptt] = state[1]
+            action_mask = None
+            if self.action_mask_buf is not None:
+                action_mask = self.action_mask_buf[step]
+                torch.gt(self.obs_view[:, self.mask_slice].to(device, non_blocking=not on_cpu),
+                         0.5, out=action_mask)
             params, values, state = policy.heads(obs, state, starts)
-            actions, logprobs = policy.sample(params, self.generator)
+            actions, logprobs = policy.sample(params, self.generator, action_mask)
             self.actions_buf[step] = actions
             self.logprobs_buf[step] = logprobs
             self.values_buf[step] = values
@@ -348,6 +365,8 @@ class Trainer:
             for begin in range(0, total, size):
                 index = order[begin:begin + size]
                 batch = {"obs": flat["obs"][index], "actions": flat["actions"][index]}
+                if "action_mask" in flat:
+                    batch["action_mask"] = flat["action_mask"][index]
                 scalars = flat["scalars"][index]
                 for column, name in enumerate(SCALARS):
                     batch[name] = scalars[:, column]
@@ -361,11 +380,14 @@ class Trainer:
         # minibatch instead of four.
         scalars = torch.stack([self.logprobs_buf.view(rows), self.values_buf.view(rows),
                                self.advantages_buf.view(rows), self.returns_buf.view(rows)], 1)
-        return {
+        flat = {
             "obs": self.obs_buf.view(rows, *self.obs_buf.shape[2:]),
             "actions": self.actions_buf.view(rows, *self.actions_buf.shape[2:]),
             "scalars": scalars,
         }
+        if self.action_mask_buf is not None:
+            flat["action_mask"] = self.action_mask_buf.view(rows, -1)
+        return flat
 
     def _segment_batches(self):
         """LSTM: minibatches of whole [bptt] segments of single rows."""
@@ -381,6 +403,8 @@ class Trainer:
             ("obs", self.obs_buf), ("actions", self.actions_buf), ("logprobs", self.logprobs_buf),
             ("values", self.values_buf), ("advantages", self.advantages_buf),
             ("returns", self.returns_buf), ("starts", self.starts_buf), ("live", self.live_buf))}
+        if self.action_mask_buf is not None:
+            storage["action_mask"] = by_segment(self.action_mask_buf)
         storage["h"] = self.segment_h.reshape(segments * self.rows, -1)
         storage["c"] = self.segment_c.reshape(segments * self.rows, -1)
         total = segments * self.rows
@@ -400,14 +424,17 @@ class Trainer:
         policy = self.policy
         if not policy.use_lstm:
             params, values, _ = policy.heads(batch["obs"])
-            logprobs, entropy = policy.log_prob_entropy(params, batch["actions"], entropy)
+            logprobs, entropy = policy.log_prob_entropy(params, batch["actions"], entropy,
+                                                        batch.get("action_mask"))
             return logprobs, entropy, values, None
         state = (batch["h"], batch["c"])
         outputs = []
         for step in range(batch["obs"].shape[1]):
             params, values, state = policy.heads(batch["obs"][:, step], state,
                                                  batch["starts"][:, step])
-            logprobs, step_entropy = policy.log_prob_entropy(params, batch["actions"][:, step])
+            mask = batch.get("action_mask")
+            logprobs, step_entropy = policy.log_prob_entropy(
+                params, batch["actions"][:, step], mask=None if mask is None else mask[:, step])
             outputs.append((logprobs, step_entropy, values))
         logprobs, entropy, values = (torch.stack(x, 1) for x in zip(*outputs))
         return logprobs, entropy, values, batch["live"]

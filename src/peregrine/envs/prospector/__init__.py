@@ -80,6 +80,8 @@ def action_mask(observations) -> np.ndarray:
 class Prospector(NativeEnv):
     name = "prospector"
     native_module = _prospector
+    # Observation columns holding the action mask; the trainer masks invalid actions with it.
+    action_mask_slice = OBS_MASK
     presets = {
         "default": {},
         # calmer belt for first experiments: no storms' damage, no collisions

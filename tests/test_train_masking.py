@@ -1,0 +1,224 @@
+"""Invalid-action masking in the trainer (policy.action_mask).
+
+MaskEnv: a tiny batch env with Discrete(N) actions whose observation carries a
+fresh random valid-action mask each step in columns 1..N (declared by
+`action_mask_slice`); column 0 is a large constant so observation
+normalisation moves the mask columns far from 0/1. Reward is 1 for a valid
+action, 0 for an invalid one (which, like Prospector, acts as a no-op).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gymnasium import spaces
+
+from peregrine.envs.native_env import EpisodeStats
+from peregrine.train import checkpoint
+from peregrine.train.config import load_config
+from peregrine.train.policy import Policy
+from peregrine.train.ppo import Trainer
+
+N = 6
+
+
+class MaskEnv:
+    action_mask_slice = slice(1, 1 + N)
+
+    def __init__(self, num_envs=16, limit=8, seed=0):
+        self.num_envs = self.num_agents = num_envs
+        self.limit = limit
+        self.rng = np.random.default_rng(seed)
+        self.single_observation_space = spaces.Box(-np.inf, np.inf, (1 + N,), np.float32)
+        self.single_action_space = spaces.Discrete(N)
+        self.observations = np.zeros((num_envs, 1 + N), np.float32)
+        self.final_observations = np.zeros_like(self.observations)
+        self.rewards = np.zeros(num_envs, np.float32)
+        self.terminals = np.zeros(num_envs, bool)
+        self.truncations = np.zeros(num_envs, bool)
+        self.counts = np.zeros(num_envs, np.int64)
+        self.returns = np.zeros(num_envs)
+        self.finished: list[float] = []
+        self.valid_taken = 0
+        self.invalid_taken = 0
+
+    def _new_masks(self):
+        masks = self.rng.random((self.num_envs, N)) < 0.3
+        masks[np.arange(self.num_envs), self.rng.integers(0, N, self.num_envs)] = True
+        self.observations[:, 0] = 100.0
+        self.observations[:, 1:] = masks
+
+    def reset(self, seed=None):
+        self.counts[:] = 0
+        self.returns[:] = 0
+        self._new_masks()
+        return self.observations, {}
+
+    def step(self, actions):
+        actions = np.asarray(actions)
+        valid = self.observations[np.arange(self.num_envs), 1 + actions] > 0.5
+        self.valid_taken += int(valid.sum())
+        self.invalid_taken += int((~valid).sum())
+        self.rewards[:] = valid
+        self.returns += valid
+        self.counts += 1
+        ended = self.counts >= self.limit
+        self.terminals[:] = False
+        self.truncations[:] = ended
+        self._new_masks()
+        self.final_observations[ended] = self.observations[ended]
+        self.finished += list(self.returns[ended])
+        self.returns[ended] = 0
+        self.counts[ended] = 0
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def episode_stats(self, clear=True):
+        values = np.asarray(self.finished)
+        if clear:
+            self.finished = []
+        if len(values) == 0:
+            return EpisodeStats()
+        mean = {"episode_return": float(values.mean()), "episode_length": float(self.limit)}
+        return EpisodeStats(len(values), mean, dict(mean))
+
+    def close(self):
+        pass
+
+
+def make_trainer(env, mask="auto", **train):
+    overrides = [("vec.num_envs", env.num_envs), ("train.horizon", 16),
+                 ("train.minibatch_size", 64), ("train.update_epochs", 2),
+                 ("train.total_steps", 10 * 16 * env.num_envs), ("policy.action_mask", mask)]
+    overrides += [(f"train.{k}", v) for k, v in train.items()]
+    return Trainer(load_config("cartpole", overrides=overrides), env=env)
+
+
+# ---- the categorical head ------------------------------------------------------------
+
+def _policy(n=N):
+    config = load_config("cartpole").policy
+    obs_space = spaces.Box(-1, 1, (3,), np.float32)
+    return Policy(obs_space, spaces.Discrete(n), config)
+
+
+def test_masked_actions_are_never_sampled():
+    policy = _policy()
+    generator = torch.Generator().manual_seed(0)
+    rows = 4000
+    logits = torch.randn(rows, N) * 3
+    logits[:, 0] = 20.0                    # the favourite action is often masked out
+    mask = torch.rand(rows, N) < 0.4
+    mask[torch.arange(rows), torch.randint(0, N, (rows,))] = True
+    actions, logprobs = policy.sample(logits, generator, mask)
+    assert mask.gather(1, actions.unsqueeze(1)).all()
+    assert torch.isfinite(logprobs).all()
+    unmasked, _ = policy.sample(logits, generator)
+    assert not mask.gather(1, unmasked.unsqueeze(1)).all()   # without the mask they occur
+    # The mode respects the mask too.
+    assert mask.gather(1, policy.deterministic(logits, mask).unsqueeze(1)).all()
+
+
+def test_logprob_and_entropy_equal_a_categorical_over_valid_actions():
+    policy = _policy()
+    torch.manual_seed(1)
+    rows = 64
+    logits = torch.randn(rows, N, requires_grad=True)
+    mask = torch.rand(rows, N) < 0.5
+    mask[torch.arange(rows), torch.randint(0, N, (rows,))] = True
+    mask[0] = False                        # a row with no valid action: left unmasked, no NaN
+    actions = torch.multinomial(mask.float() + (~mask.any(1, keepdim=True)).float(), 1)[:, 0]
+    logprob, entropy = policy.log_prob_entropy(logits, actions, True, mask)
+    for row in range(rows):
+        valid = mask[row] if mask[row].any() else torch.ones(N, dtype=torch.bool)
+        index = valid.nonzero().squeeze(1)
+        dist = torch.distributions.Categorical(logits=logits[row, index])
+        position = (index == actions[row]).nonzero().item()
+        assert torch.allclose(logprob[row], dist.log_prob(torch.tensor(position)), atol=1e-5)
+        assert torch.allclose(entropy[row], dist.entropy(), atol=1e-5)
+    (logprob.sum() + entropy.sum()).backward()
+    assert torch.isfinite(logits.grad).all()
+    assert (logits.grad[1:][~mask[1:]] == 0).all()   # invalid logits get no gradient
+
+
+# ---- the trainer ----------------------------------------------------------------------
+
+@pytest.mark.parametrize("normalize_obs, lstm", [(False, False), (True, False), (False, True)])
+def test_rollouts_never_contain_invalid_actions(normalize_obs, lstm):
+    """The mask is read from the RAW observation: with normalisation on, the stored
+    (normalised) mask columns are no longer 0/1, yet every action stays valid."""
+    env = MaskEnv()
+    if lstm:
+        overrides = [("vec.num_envs", env.num_envs), ("train.horizon", 16),
+                     ("train.minibatch_size", 64), ("policy.lstm", True),
+                     ("policy.bptt_horizon", 8)]
+        trainer = Trainer(load_config("cartpole", overrides=overrides), env=env)
+    else:
+        trainer = make_trainer(env, normalize_obs=normalize_obs)
+    assert trainer.mask_slice == MaskEnv.action_mask_slice
+    for _ in range(3):
+        record = trainer.update()
+        assert np.isfinite(record["losses"]["policy_loss"])
+    assert env.invalid_taken == 0 and env.valid_taken == 3 * 16 * env.num_envs
+    trainer.close()
+
+
+def test_mask_off_lets_invalid_actions_through():
+    env = MaskEnv()
+    trainer = make_trainer(env, mask="false")
+    assert trainer.mask_slice is None
+    trainer.update()
+    assert env.invalid_taken > 0
+    trainer.close()
+
+
+def test_masked_return_beats_unmasked():
+    returns = {}
+    for mask in ("auto", "false"):
+        env = MaskEnv(seed=3)
+        trainer = make_trainer(env, mask=mask)
+        while not trainer.done:
+            record = trainer.update()
+        returns[mask] = record["episode_return"]
+        trainer.close()
+    assert returns["auto"] == 8.0             # every step rewarded
+    assert returns["false"] < 6.0, returns
+
+
+def test_bool_and_bad_config_values():
+    config = load_config("cartpole", overrides=[("policy.action_mask", False)])
+    assert config.policy.action_mask == "false"
+    with pytest.raises(ValueError, match="action_mask"):
+        load_config("cartpole", overrides=[("policy.action_mask", "sometimes")])
+
+
+def test_slice_that_does_not_fit_is_rejected():
+    class Wrong(MaskEnv):
+        action_mask_slice = slice(0, 3)
+    with pytest.raises(ValueError, match="action_mask_slice"):
+        make_trainer(Wrong())
+
+
+# ---- load_actor on Prospector -------------------------------------------------------
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_load_actor_plays_only_valid_prospector_actions(tmp_path, normalize_obs):
+    import peregrine
+    from peregrine.envs.prospector import action_mask
+    config = load_config("prospector", overrides=[
+        ("vec.num_envs", 8), ("train.horizon", 16), ("train.minibatch_size", 64),
+        ("train.update_epochs", 1), ("train.normalize_obs", normalize_obs)])
+    trainer = Trainer(config)
+    assert trainer.mask_slice == slice(191, 260)
+    trainer.update()
+    path = tmp_path / "p.pt"
+    checkpoint.save(path, trainer.state_dict())
+    trainer.close()
+    env = peregrine.make("prospector", num_envs=16, seed=5)
+    actor = checkpoint.load_actor(path, env)
+    observations, _ = env.reset(seed=5)
+    for _ in range(100):
+        actions = actor(observations)
+        valid = action_mask(observations)
+        assert valid[np.arange(len(actions)), actions].all()
+        observations, *_ = env.step(actions)
+    env.close()
