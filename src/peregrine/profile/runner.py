@@ -135,7 +135,8 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
             counter["updates"] += 1
             if evaluate_every and counter["updates"] % evaluate_every == 0:
                 tick = time.perf_counter()
-                actor = Actor(trainer.policy, trainer.env.single_action_space)
+                actor = Actor(trainer.policy, trainer.env.single_action_space,
+                              obs_normalizer=trainer.obs_norm, mask_slice=trainer.mask_slice)
                 evaluate(env_name, actor, episodes=eval_episodes, seed=seed + counter["evaluations"],
                          **env_fields)
                 split["eval"] = time.perf_counter() - tick
