@@ -109,19 +109,29 @@ static int pg_read_config(PyObject *seq, double *config) {
 
 /* ---- thread pool ---------------------------------------------------------
  *
- * A step is cut into chunks of instances that threads claim dynamically: the
- * calling thread claims chunks too, so if a worker is descheduled (a shared
- * or oversubscribed machine) the caller simply does that worker's share
- * instead of waiting for it. A claim is a CAS on a 64-bit ticket holding
- * (generation << 32 | next chunk), so a worker that wakes late can never take
- * a chunk of a later step. Each instance owns its RNG and statistics row, so
- * results do not depend on which thread ran which chunk.
+ * Each thread owns a lane: a fixed, contiguous share of the instances cut
+ * into PG_CHUNKS_PER_LANE chunks. A thread first runs its own lane's chunks,
+ * which are the same instances every step, so their state stays in that
+ * core's cache (what light, memory-bound envs like CartPole need); then it
+ * steals unclaimed chunks from the other lanes. So if a worker is
+ * descheduled (a shared or oversubscribed machine), the caller does that
+ * worker's share instead of waiting for it. A claim is a CAS on the lane's
+ * 64-bit ticket (generation << 32 | next chunk), so a worker that wakes late
+ * can never take a chunk of a later step. Each instance owns its RNG and
+ * statistics row, so results do not depend on which thread ran which chunk.
  *
  * Idle workers spin for PG_SPIN_SECONDS (back-to-back steps start at once),
  * then sleep on a condition variable (an idle pool costs no CPU). The caller
  * waits for in-flight chunks by spinning briefly, then yielding its core. */
 
+#define PG_CHUNKS_PER_LANE 4
+
 typedef struct {
+    _Alignas(64) atomic_ullong ticket; /* generation << 32 | next chunk of this lane */
+} PgLane;
+
+typedef struct {
+    PgLane lanes[PG_MAX_THREADS];
     pthread_t threads[PG_MAX_THREADS];
     int num_threads; /* including the calling thread */
     int started;     /* worker threads actually created */
@@ -130,18 +140,17 @@ typedef struct {
     int op; /* 0 = step, 1 = reset */
     int num_envs;
     int chunk_size;
-    int num_chunks;
-    atomic_ulong generation;
-    atomic_ullong ticket; /* generation << 32 | next chunk to claim */
-    atomic_int chunks_done;
+    _Alignas(64) atomic_ulong generation;
     atomic_int sleepers;
     atomic_int stop;
+    _Alignas(64) atomic_int chunks_done;
     pthread_mutex_t mutex;
     pthread_cond_t cond;
 } PgPool;
 
 typedef struct {
     PgPool *pool;
+    int lane;
 } PgWorkerArg;
 
 static void pg_run_range(Env *env, int op, int start, int end) {
@@ -166,25 +175,38 @@ static double pg_now_seconds(void) {
 
 #define PG_SPIN_SECONDS 50e-6
 
-/* Claims and runs chunks of generation `gen` until none are left. */
-static void pg_claim_chunks(PgPool *pool, unsigned long gen) {
+/* Claims and runs one chunk of `lane` for generation `gen`; 0 when none is left. */
+static int pg_claim_one(PgPool *pool, unsigned long gen, int lane) {
+    atomic_ullong *ticket = &pool->lanes[lane].ticket;
     for (;;) {
-        unsigned long long ticket = atomic_load(&pool->ticket);
-        if ((ticket >> 32) != (gen & 0xFFFFFFFFUL)) return; /* a later step */
-        int chunk = (int)(ticket & 0xFFFFFFFFULL);
-        if (chunk >= pool->num_chunks) return;
-        if (!atomic_compare_exchange_weak(&pool->ticket, &ticket, ticket + 1)) continue;
-        int start = chunk * pool->chunk_size;
-        int end = start + pool->chunk_size < pool->num_envs ? start + pool->chunk_size
-                                                            : pool->num_envs;
-        pg_run_range(pool->env, pool->op, start, end);
+        unsigned long long seen = atomic_load(ticket);
+        if ((seen >> 32) != (gen & 0xFFFFFFFFUL)) return 0; /* a later step */
+        int chunk = (int)(seen & 0xFFFFFFFFULL);
+        if (chunk >= PG_CHUNKS_PER_LANE) return 0;
+        if (!atomic_compare_exchange_weak(ticket, &seen, seen + 1)) continue;
+        long start = ((long)lane * PG_CHUNKS_PER_LANE + chunk) * pool->chunk_size;
+        long end = start + pool->chunk_size;
+        if (start > pool->num_envs) start = pool->num_envs;
+        if (end > pool->num_envs) end = pool->num_envs;
+        pg_run_range(pool->env, pool->op, (int)start, (int)end);
         atomic_fetch_add(&pool->chunks_done, 1);
+        return 1;
+    }
+}
+
+/* Own lane first (cache locality), then help the others. */
+static void pg_work(PgPool *pool, unsigned long gen, int home) {
+    for (int k = 0; k < pool->num_threads; k++) {
+        int lane = (home + k) % pool->num_threads;
+        while (pg_claim_one(pool, gen, lane)) {
+        }
     }
 }
 
 static void *pg_worker_main(void *raw) {
     PgWorkerArg *arg = (PgWorkerArg *)raw;
     PgPool *pool = arg->pool;
+    int lane = arg->lane;
     free(arg);
     /* The pool was created at generation 0, before any worker existed. */
     unsigned long seen = 0;
@@ -204,7 +226,7 @@ static void *pg_worker_main(void *raw) {
         }
         if (atomic_load(&pool->stop)) return NULL;
         seen = atomic_load(&pool->generation);
-        pg_claim_chunks(pool, seen);
+        pg_work(pool, seen, lane);
     }
 }
 
@@ -217,17 +239,19 @@ static void pg_pool_run(PgPool *pool, int op) {
     unsigned long gen = atomic_load(&pool->generation) + 1;
     pool->op = op;
     atomic_store(&pool->chunks_done, 0);
-    atomic_store(&pool->ticket, (unsigned long long)(gen & 0xFFFFFFFFUL) << 32);
+    for (int lane = 0; lane < pool->num_threads; lane++)
+        atomic_store(&pool->lanes[lane].ticket, (unsigned long long)(gen & 0xFFFFFFFFUL) << 32);
     atomic_store(&pool->generation, gen);
     if (atomic_load(&pool->sleepers) > 0) {
         pthread_mutex_lock(&pool->mutex);
         pthread_cond_broadcast(&pool->cond);
         pthread_mutex_unlock(&pool->mutex);
     }
-    pg_claim_chunks(pool, gen);
+    pg_work(pool, gen, 0);
+    int total_chunks = pool->num_threads * PG_CHUNKS_PER_LANE;
     double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
     int spins = 0;
-    while (atomic_load(&pool->chunks_done) < pool->num_chunks) {
+    while (atomic_load(&pool->chunks_done) < total_chunks) {
         if (++spins % 64 == 0 && pg_now_seconds() > spin_until) sched_yield();
         else pg_cpu_relax();
     }
@@ -239,17 +263,19 @@ static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) 
     pool->num_envs = num_envs;
     pool->num_threads = num_threads;
     pool->owner_pid = getpid();
-    /* About four chunks per thread, each a whole number of aligned blocks. */
-    int per = (num_envs + 4 * num_threads - 1) / (4 * num_threads);
+    /* PG_CHUNKS_PER_LANE chunks per thread, each a whole number of aligned
+     * blocks (trailing chunks may be empty when instances are few). */
+    int lanes_chunks = PG_CHUNKS_PER_LANE * num_threads;
+    int per = (num_envs + lanes_chunks - 1) / lanes_chunks;
     per = (per + PG_RANGE_ALIGN - 1) / PG_RANGE_ALIGN * PG_RANGE_ALIGN;
     pool->chunk_size = per;
-    pool->num_chunks = (num_envs + per - 1) / per;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->cond, NULL);
     for (int i = 1; i < num_threads; i++) {
         PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
         if (!arg) return -1;
         arg->pool = pool;
+        arg->lane = i;
         if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
             free(arg);
             return -1;
@@ -450,7 +476,9 @@ static int pg_batch_init(PgBatchObject *self, PyObject *args, PyObject *kwargs) 
     memset(pg->masks, 1, (size_t)rows);
     for (int i = 0; i < num_envs; i++) pg->rng[i] = pg_seed_instance(0, (uint64_t)i);
 
-    self->pool = (PgPool *)calloc(1, sizeof(PgPool));
+    /* PgPool has cache-line aligned members: calloc's alignment is not enough
+     * (sizeof is a multiple of 64 because of them). pg_pool_start zeroes it. */
+    self->pool = (PgPool *)aligned_alloc(64, sizeof(PgPool));
     if (!self->pool || pg_pool_start(self->pool, env, num_envs, num_threads) != 0) {
         pg_batch_release(self);
         PyErr_SetString(PyExc_RuntimeError, "could not start the step threads");
