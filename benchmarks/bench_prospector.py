@@ -11,8 +11,8 @@ beside wall seconds, so "steps per CPU-second" does not depend on how busy
 the other cores are, and CartPole is measured in the same run as a
 reference point. Baselines: `scripted.evaluate` plays the first episode of
 `--episodes` instances (seed `--seed`) with the masked-random policy and the
-scripted trader; with `--checkpoint`, a trained policy too (its argmax action,
-its argmax over the valid actions only, and a sample from it as in training), always on the default game
+scripted trader; with `--checkpoint`, a trained policy too (its argmax over
+the valid actions, and a masked sample as in training), always on the default game
 (no shaping), whatever config it was trained with.
 """
 from __future__ import annotations
@@ -54,28 +54,14 @@ def checkpoint_policies(path: str) -> dict:
     """The trained actor as plain argmax and as argmax over the masked logits."""
     import torch
 
-    from peregrine.envs.prospector import action_mask
-    from peregrine.train.checkpoint import load_actor
+    from peregrine.train.checkpoint import Actor, load_actor
 
     probe = peregrine.make("prospector", num_envs=1, seed=0)
-    actor = load_actor(path, probe)
+    actor = load_actor(path, probe)  # argmax over the valid actions (the env's mask)
     probe.close()
-
-    @torch.no_grad()
-    def masked(observations):
-        logits, _values, _ = actor.policy.heads(torch.as_tensor(observations))
-        logits = logits.masked_fill(~torch.as_tensor(action_mask(observations)), float("-inf"))
-        return logits.argmax(-1).numpy().astype(np.int32)
-
-    generator = torch.Generator().manual_seed(0)
-
-    @torch.no_grad()
-    def sampled(observations):
-        logits, _values, _ = actor.policy.heads(torch.as_tensor(observations))
-        probabilities = torch.softmax(logits, dim=-1)
-        return torch.multinomial(probabilities, 1, generator=generator)[:, 0].numpy().astype(np.int32)
-
-    return {"trained": actor, "trained+mask": masked, "trained sampled": sampled}
+    sampler = Actor(actor.policy, probe.single_action_space, actor.obs_normalizer,
+                    actor.mask_slice, generator=torch.Generator().manual_seed(0))
+    return {"trained (argmax)": actor, "trained (sampled, as in training)": sampler}
 
 
 def main() -> None:

@@ -215,10 +215,18 @@ def test_load_actor_plays_only_valid_prospector_actions(tmp_path, normalize_obs)
     trainer.close()
     env = peregrine.make("prospector", num_envs=16, seed=5)
     actor = checkpoint.load_actor(path, env)
+    # the same policy sampling as in training: masked too, and not just the mode
+    sampler = checkpoint.Actor(actor.policy, env.single_action_space, actor.obs_normalizer,
+                               actor.mask_slice, generator=torch.Generator().manual_seed(0))
     observations, _ = env.reset(seed=5)
+    differs = 0
     for _ in range(100):
         actions = actor(observations)
+        sampled = sampler(observations)
         valid = action_mask(observations)
         assert valid[np.arange(len(actions)), actions].all()
+        assert valid[np.arange(len(sampled)), sampled].all()
+        differs += int((sampled != actions).sum())
         observations, *_ = env.step(actions)
+    assert differs > 0
     env.close()

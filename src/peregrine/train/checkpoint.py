@@ -116,8 +116,12 @@ class Actor:
     train.normalize_obs) is applied, frozen, to every observation first.
     """
 
-    def __init__(self, policy, action_space, obs_normalizer=None, mask_slice=None):
+    def __init__(self, policy, action_space, obs_normalizer=None, mask_slice=None,
+                 generator: torch.Generator | None = None):
         self.policy = policy
+        # With a generator the actor samples as in training (same mask and
+        # normalisation) instead of taking the mode.
+        self.generator = generator
         self.obs_normalizer = obs_normalizer
         self.mask_slice = mask_slice    # valid-action mask columns of the RAW observation
         self.action_dtype = np.dtype(action_space.dtype)
@@ -153,7 +157,10 @@ class Actor:
             self.starts = torch.zeros(rows, dtype=torch.bool)
         else:
             params, _values, _ = self.policy.heads(obs)
-        actions = self.policy.deterministic(params, mask)
+        if self.generator is None:
+            actions = self.policy.deterministic(params, mask)
+        else:
+            actions, _log_probs = self.policy.sample(params, self.generator, mask)
         if self.low is not None:
             actions = torch.maximum(torch.minimum(actions, self.high), self.low)
         result = actions.numpy().astype(self.action_dtype, copy=False)
