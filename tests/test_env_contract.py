@@ -277,3 +277,19 @@ def test_threaded_env_keeps_working_in_a_forked_child():
     )
     result = subprocess.run(RUN + [script], timeout=60, capture_output=True)
     assert result.returncode == 0, result.stderr.decode()
+
+
+@pytest.mark.parametrize("name", ENVS)
+def test_instance_stats_split_the_aggregate_by_instance(name):
+    with peregrine.make(name, num_envs=SMALL, seed=3) as env:
+        for batch in sample_actions(env, 300):
+            env.step(batch)
+        episodes, sums = env.instance_stats(clear=False)
+        aggregate = env.episode_stats(clear=True)
+        assert episodes.shape == (SMALL,) and sums.shape == (SMALL, len(env.stat_names))
+        assert episodes.sum() == aggregate.count
+        if aggregate.count:
+            for column, stat in enumerate(env.stat_names):
+                assert sums[:, column].sum() / aggregate.count == pytest.approx(aggregate.mean[stat])
+        episodes, _ = env.instance_stats()  # the aggregate read cleared them too
+        assert episodes.sum() == 0

@@ -16,21 +16,12 @@
 How episodes are counted, so that the statistics are unbiased and their count
 is exactly `episodes`: every instance of a batch contributes only its first
 episode (a batch that took "the first N episodes to finish" would favour
-short ones). The statistics of the episodes that end in a step are read from
-the C aggregate after that step (`episode_stats(clear=True)`); an instance
-that already finished keeps running (the batch steps every instance) and its
-later episodes are discarded. For envs that have one (`HOLD_ACTIONS`), such
-instances get a "hold" action that keeps their next episode from ending early
-(drone_swarm: hover without scanning, so nothing is delivered and, unless the
-idle drain empties every battery first, the episode runs to max_steps), so a
-later episode does not end in the same step as a first one. If that still happens (other envs), the aggregate of that step
-cannot be split: for single-agent envs whose statistics are just
-episode_return and episode_length, the first episodes are attributed from the
-rewards summed here; otherwise they are dropped and replaced by further rounds
-on fresh instances (a small bias towards episodes that end apart from others,
-which no registered env with scripted baselines hits). Round r > 0 uses seed + r * 1_000_003, and each
-round's batch has as many instances as episodes are still needed (at most
-`num_envs`), so which episodes are counted never depends on their outcome.
+short ones). The C batch keeps one statistics row per instance; after a step
+in which episodes ended, the rows of instances finishing their first episode
+hold exactly that episode (`env.instance_stats()`), and later episodes of
+instances already counted are ignored. Round r > 0 uses seed + r * 1_000_003,
+and each round's batch has as many instances as episodes are still needed (at
+most `num_envs`), so which episodes are counted never depends on their outcome.
 """
 from __future__ import annotations
 
@@ -47,13 +38,7 @@ SCRIPTED = {
     "prospector": "peregrine.envs.prospector.scripted",
 }
 
-#: env name -> function(env) -> actions for instances whose counted episode is over
-HOLD_ACTIONS = {
-    "drone_swarm": lambda env: np.zeros(env.action_space.shape, env.action_space.dtype),
-}
-
 ROUND_SEED_STRIDE = 1_000_003
-MAX_ROUNDS = 20  # rounds beyond ceil(episodes / num_envs), for replacements
 DEFAULT_MAX_EPISODE_STEPS = 100_000
 
 
@@ -160,7 +145,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
 
     count, sums, squares, names = 0, None, None, None
     bound = None
-    rounds = -(-episodes // num_envs) + MAX_ROUNDS  # MAX_ROUNDS extra for replacements
+    rounds = -(-episodes // num_envs)
     for round_index in range(rounds):
         needed = episodes - count
         if needed <= 0:
@@ -182,9 +167,6 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         count += got
         sums = got_sums if sums is None else sums + got_sums
         squares = got_squares if squares is None else squares + got_squares
-    if count < episodes:
-        raise RuntimeError(f"only {count} of {episodes} episodes could be counted after "
-                           f"{rounds} rounds (episodes ending in the same step as discarded ones)")
     mean = sums / count
     std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
     label = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else type(policy).__name__
@@ -202,26 +184,16 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
 def _first_episodes(env_name: str, env, policy, seed: int):
     """Steps `env` until every instance finished its first episode.
 
-    Returns (count, sums, squares) over the first episodes that could be
-    attributed (see the module docstring).
+    Returns (count, sums, squares) over those first episodes, one per instance.
     """
     instances, agents = env.num_envs, env.agents_per_env
     names = list(env.stat_names)
     sums = np.zeros(len(names))
     squares = np.zeros(len(names))
-    count = 0
     finished = np.zeros(instances, bool)
-    hold = HOLD_ACTIONS.get(env_name)
-    hold_actions = hold(env) if hold else None
     max_steps = int(env.config.get("max_steps", DEFAULT_MAX_EPISODE_STEPS))
-    # Returns and lengths kept here too: when a first and a later episode end in
-    # the same step, these attribute the first ones for envs whose statistics
-    # are just these two (one agent per instance).
-    own_stats = agents == 1 and set(names) <= {"episode_return", "episode_length"}
-    returns = np.zeros(instances)
-    lengths = np.zeros(instances)
     observations, _ = env.reset(seed=seed)
-    env.episode_stats(clear=True)
+    env.instance_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
         actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
@@ -230,39 +202,19 @@ def _first_episodes(env_name: str, env, policy, seed: int):
                 raise ValueError(f"the policy returned actions of shape {actions.shape}; "
                                  f"{env_name} with {instances} instances needs {env.action_space.shape}")
             actions = actions.reshape(env.action_space.shape)
-        if hold_actions is not None and finished.any():
-            rows = np.repeat(finished, agents)
-            actions = actions.copy()
-            actions[rows] = hold_actions[rows]
         observations, rewards, terminals, truncations, _ = env.step(actions)
         if observe_done is not None:
             observe_done(terminals, truncations)
-        if own_stats:
-            returns += rewards
-            lengths += 1
         ended = (terminals | truncations).reshape(instances, agents).any(1)
         if not ended.any():
             continue
-        stats = env.episode_stats(clear=True)
+        # Rows are cleared at every read, so an instance that ended in this
+        # step holds exactly this step's episode.
+        _episodes, rows = env.instance_stats(clear=True)
         first = ended & ~finished
-        later = ended & finished
-        if first.any() and not later.any():
-            n = stats.count
-            mean = np.array([stats.mean[k] for k in names])
-            std = np.array([stats.std[k] for k in names])
-            count += n
-            sums += mean * n
-            squares += (std * std + mean * mean) * n
-        elif first.any() and own_stats:
-            values = {"episode_return": returns[first], "episode_length": lengths[first]}
-            table = np.stack([values[k] for k in names], axis=1)
-            count += int(first.sum())
-            sums += table.sum(0)
-            squares += (table * table).sum(0)
-        if own_stats:
-            returns[ended] = 0.0
-            lengths[ended] = 0.0
+        sums += rows[first].sum(0)
+        squares += (rows[first] ** 2).sum(0)
         finished |= ended
         if finished.all():
-            return count, sums, squares
+            return instances, sums, squares
     raise RuntimeError(f"{env_name}: episodes did not end within {max_steps + 1} steps")

@@ -277,6 +277,15 @@ class NativeEnv:
         count, sums, squares = self._batch.stats(clear)
         return EpisodeStats.from_sums(self._stat_names, count, sums, squares)
 
+    def instance_stats(self, clear: bool = True) -> tuple[np.ndarray, np.ndarray]:
+        """(episodes [num_envs], sums [num_envs, k]) per instance since the last
+        clearing read, in `stat_names` order. An instance that finished exactly
+        one episode has that episode's statistics as its sums."""
+        k = len(self._stat_names)
+        rows = np.frombuffer(self._batch.instance_stats(clear), np.float64)
+        rows = rows.reshape(self.num_envs, 1 + 2 * k)
+        return rows[:, 0].astype(np.int64), rows[:, 1:1 + k]
+
     @property
     def stat_names(self) -> tuple[str, ...]:
         return self._stat_names

@@ -616,6 +616,20 @@ static PyObject *pg_batch_stats(PgBatchObject *self, PyObject *args) {
     return Py_BuildValue("(LNN)", (long long)totals[0], sums, squares);
 }
 
+/* Per-instance rows as bytes (a copy, float64 [num_envs, 1 + 2k]: count,
+ * sums, sums of squares), clearing them by default: lets a caller attribute
+ * each instance's episodes to it, which the aggregate cannot. */
+static PyObject *pg_batch_instance_stats(PgBatchObject *self, PyObject *args) {
+    int clear = 1;
+    if (!PyArg_ParseTuple(args, "|p", &clear)) return NULL;
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    size_t size = (size_t)pg->num_envs * (1 + 2 * PG_NUM_STATS) * sizeof(double);
+    PyObject *out = PyBytes_FromStringAndSize((const char *)pg->stats, (Py_ssize_t)size);
+    if (out && clear) memset(pg->stats, 0, size);
+    return out;
+}
+
 static int pg_check_instance(PgBatchObject *self, int instance) {
     if (instance < 0 || instance >= self->env->pg.num_envs) {
         PyErr_Format(PyExc_IndexError, "instance %d out of range [0, %d)", instance,
@@ -703,6 +717,8 @@ static PyMethodDef pg_batch_methods[] = {
     {"step", (PyCFunction)pg_batch_step, METH_VARARGS, "Step every instance once."},
     {"stats", (PyCFunction)pg_batch_stats, METH_VARARGS,
      "(episodes, sums, sums_of_squares) of finished episodes; clears by default."},
+    {"instance_stats", (PyCFunction)pg_batch_instance_stats, METH_VARARGS,
+     "Per-instance statistic rows as float64 bytes; clears by default."},
     {"get_state", (PyCFunction)pg_batch_get_state, METH_VARARGS, "State of one instance."},
     {"set_state", (PyCFunction)pg_batch_set_state, METH_VARARGS, "Overwrite one instance."},
     {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
