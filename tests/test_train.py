@@ -254,7 +254,7 @@ def test_replayed_log_probs_equal_rollout_log_probs(lstm):
     batches = trainer._segment_batches() if lstm else trainer._flat_batches()
     with torch.no_grad():
         for batch, _last in next(iter(batches)):
-            logprobs, _entropy, values, _live = trainer._evaluate(batch)
+            logprobs, _entropy, values, _live, _teacher = trainer._evaluate(batch)
             torch.testing.assert_close(logprobs, batch["logprobs"], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(values, batch["values"], rtol=1e-4, atol=1e-5)
     trainer.close()

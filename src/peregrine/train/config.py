@@ -71,6 +71,12 @@ class TrainConfig:
     obs_clip: float = 10.0           # |normalised observation| limit
     normalize_reward: bool = False   # reward / running std of the discounted return
     reward_clip: float = 10.0        # |scaled reward| limit
+    teacher: str = ""                # kickstarting: a scripted policy name (peregrine.evaluate)
+    #                                  or a checkpoint path whose actions the policy is also
+    #                                  trained to reproduce; "" = none (plain PPO)
+    teacher_coef: float = 1.0        # initial weight of the teacher term (-log pi(teacher action))
+    teacher_steps: int = 0           # steps over which that weight decays linearly to 0;
+    #                                  0 = constant for the whole run
 
 
 @dataclass
@@ -305,6 +311,7 @@ def validate(config: Config) -> None:
                    ("train.max_grad_norm", t.max_grad_norm), ("train.target_kl", t.target_kl),
                    ("train.checkpoint_interval", t.checkpoint_interval),
                    ("train.progress_interval", t.progress_interval), ("train.seed", t.seed),
+                   ("train.teacher_coef", t.teacher_coef), ("train.teacher_steps", t.teacher_steps),
                    ("policy.num_layers", p.num_layers)]
     for name, value in nonnegative:
         if value < 0:

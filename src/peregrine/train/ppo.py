@@ -34,6 +34,14 @@ Correctness points worth naming:
   storage row (never into the env's buffer), truncated rows are bootstrapped
   from V(normalised final observation), and the statistics are checkpointed.
   Off, the hot path is unchanged (one `is None` test per step).
+* Kickstarting (`train.teacher`): a teacher policy (a scripted baseline such as
+  Prospector's "trader", or a checkpoint) labels every observation the
+  *student* visits with its own action, and the loss gains
+  `w * -log pi(teacher action)` with w decaying linearly from
+  `train.teacher_coef` to 0 over `train.teacher_steps` (constant when 0). The
+  student still acts, so the PPO terms stay on-policy; once w reaches 0 the
+  teacher is no longer called and the run is plain PPO. Samples whose teacher
+  action the mask calls invalid are left out of the term.
 """
 from __future__ import annotations
 
@@ -103,13 +111,15 @@ class Trainer:
     """Owns the env batch, the policy, the optimizer and the rollout storage.
 
     `env` (optional) is any batch with the native interface; by default one is
-    made from `config`. Construction sets process-wide torch state from the
+    made from `config`. `teacher` (optional) is a policy object,
+    callable(observations) -> actions, used instead of `train.teacher` (which
+    names a scripted policy or a checkpoint) for kickstarting. Construction sets process-wide torch state from the
     config: the thread count, deterministic algorithms (`train.deterministic`)
     and the global seed (parameter initialisation); sampling and minibatch
     order use the trainer's own `torch.Generator`.
     """
 
-    def __init__(self, config, env=None):
+    def __init__(self, config, env=None, teacher=None):
         t = config.train
         self.config = config
         self.device = resolve_device(t.device)
@@ -120,12 +130,12 @@ class Trainer:
         self.owns_env = env is None
         self.env = environment.make_env(config) if env is None else env
         try:
-            self._setup(config)
+            self._setup(config, teacher)
         except BaseException:
             self.close()
             raise
 
-    def _setup(self, config):
+    def _setup(self, config, teacher=None):
         t, p = config.train, config.policy
         env, device = self.env, self.device
         observations, _ = env.reset(seed=t.seed)
@@ -189,6 +199,12 @@ class Trainer:
             self.action_mask_buf = torch.ones(shape + (self.policy.action_dim,),
                                               dtype=torch.bool, device=device)
         self.returns_buf = torch.zeros(shape, device=device)
+        self.teacher = self.teacher_buf = None
+        teacher = t.teacher if teacher is None else teacher
+        if teacher is not None and not (isinstance(teacher, str) and teacher == ""):
+            from ..evaluate import make_policy
+            self.teacher = make_policy(config.env_name, teacher, env, seed=t.seed)
+            self.teacher_buf = torch.zeros_like(self.actions_buf)
         # Episode starts of the current observations (the LSTM zeroes its state there).
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
         self.lstm_state = self.policy.initial_state(rows, device)
@@ -233,6 +249,24 @@ class Trainer:
             return t.learning_rate
         return t.learning_rate * max(0.0, 1.0 - self.updates / self.total_updates)
 
+    def teacher_weight(self) -> float:
+        """This update's weight of the teacher term (0 without a teacher)."""
+        t = self.config.train
+        if self.teacher is None:
+            return 0.0
+        if t.teacher_steps <= 0:
+            return t.teacher_coef
+        return t.teacher_coef * max(0.0, 1.0 - self.global_step / t.teacher_steps)
+
+    def _teacher_actions(self, step: int) -> None:
+        """The teacher's actions for the current raw observations, into storage."""
+        actions = np.asarray(self.teacher(self.obs_view.numpy()))
+        target = self.teacher_buf[step]
+        if actions.shape != tuple(target.shape):
+            raise ValueError(f"the teacher policy returned actions of shape {actions.shape}; "
+                             f"the env's batch needs {tuple(target.shape)}")
+        target.copy_(torch.from_numpy(actions).to(target.dtype), non_blocking=True)
+
     @torch.no_grad()
     def rollout(self) -> dict:
         """Fills the storage with `horizon` steps of every row; returns time split."""
@@ -245,6 +279,7 @@ class Trainer:
         start = time.perf_counter()
         state = self.lstm_state
         starts = self.next_starts
+        teach = self.teacher_weight() > 0
         for step in range(self.horizon):
             obs = self.obs_buf[step]
             if self.obs_norm is None:
@@ -263,6 +298,8 @@ class Trainer:
                 action_mask = self.action_mask_buf[step]
                 torch.gt(self.obs_view[:, self.mask_slice].to(device, non_blocking=not on_cpu),
                          0.5, out=action_mask)
+            if teach:
+                self._teacher_actions(step)
             params, values, state = policy.heads(obs, state, starts)
             actions, logprobs = policy.sample(params, self.generator, action_mask)
             self.actions_buf[step] = actions
@@ -331,12 +368,13 @@ class Trainer:
             batches = self._flat_batches()
         # Statistics come from the last minibatch of each epoch (averaged over
         # epochs): computing them on every minibatch costs ~10% of the step.
-        sums = torch.zeros(5, device=self.device)
+        teacher_weight = self.teacher_weight()
+        sums = torch.zeros(6, device=self.device)
         count = 0
         for epoch_batches in batches:
             stats = None
             for batch, last in epoch_batches:
-                stats = self._gradient_step(batch, record=last)
+                stats = self._gradient_step(batch, teacher_weight, record=last)
             if stats is None:
                 continue
             sums += stats
@@ -347,6 +385,10 @@ class Trainer:
         names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         losses = dict(zip(names, means))
         losses["learning_rate"] = lr
+        if self.teacher is not None:
+            losses["teacher_weight"] = teacher_weight
+            if teacher_weight > 0:
+                losses["teacher_loss"] = means[5]
         return losses
 
     def _flat_batches(self):
@@ -365,8 +407,9 @@ class Trainer:
             for begin in range(0, total, size):
                 index = order[begin:begin + size]
                 batch = {"obs": flat["obs"][index], "actions": flat["actions"][index]}
-                if "action_mask" in flat:
-                    batch["action_mask"] = flat["action_mask"][index]
+                for name in ("action_mask", "teacher_actions"):
+                    if name in flat:
+                        batch[name] = flat[name][index]
                 scalars = flat["scalars"][index]
                 for column, name in enumerate(SCALARS):
                     batch[name] = scalars[:, column]
@@ -387,6 +430,8 @@ class Trainer:
         }
         if self.action_mask_buf is not None:
             flat["action_mask"] = self.action_mask_buf.view(rows, -1)
+        if self.teacher_weight() > 0:
+            flat["teacher_actions"] = self.teacher_buf.view(rows, *self.teacher_buf.shape[2:])
         return flat
 
     def _segment_batches(self):
@@ -405,6 +450,8 @@ class Trainer:
             ("returns", self.returns_buf), ("starts", self.starts_buf), ("live", self.live_buf))}
         if self.action_mask_buf is not None:
             storage["action_mask"] = by_segment(self.action_mask_buf)
+        if self.teacher_weight() > 0:
+            storage["teacher_actions"] = by_segment(self.teacher_buf)
         storage["h"] = self.segment_h.reshape(segments * self.rows, -1)
         storage["c"] = self.segment_c.reshape(segments * self.rows, -1)
         total = segments * self.rows
@@ -420,30 +467,41 @@ class Trainer:
         return (epoch() for _ in range(t.update_epochs))
 
     def _evaluate(self, batch, entropy: bool = True):
-        """(new log-probs, entropies or None, values, live mask or None) for a minibatch."""
+        """(new log-probs, entropies or None, values, live mask or None, teacher log-probs
+        or None) for a minibatch."""
         policy = self.policy
+        teacher_actions = batch.get("teacher_actions")
         if not policy.use_lstm:
             params, values, _ = policy.heads(batch["obs"])
-            logprobs, entropy = policy.log_prob_entropy(params, batch["actions"], entropy,
-                                                        batch.get("action_mask"))
-            return logprobs, entropy, values, None
+            mask = batch.get("action_mask")
+            logprobs, entropy = policy.log_prob_entropy(params, batch["actions"], entropy, mask)
+            teacher = None
+            if teacher_actions is not None:
+                teacher, _ = policy.log_prob_entropy(params, teacher_actions, False, mask)
+            return logprobs, entropy, values, None, teacher
         state = (batch["h"], batch["c"])
         outputs = []
         for step in range(batch["obs"].shape[1]):
             params, values, state = policy.heads(batch["obs"][:, step], state,
                                                  batch["starts"][:, step])
             mask = batch.get("action_mask")
-            logprobs, step_entropy = policy.log_prob_entropy(
-                params, batch["actions"][:, step], mask=None if mask is None else mask[:, step])
-            outputs.append((logprobs, step_entropy, values))
-        logprobs, entropy, values = (torch.stack(x, 1) for x in zip(*outputs))
-        return logprobs, entropy, values, batch["live"]
+            mask = None if mask is None else mask[:, step]
+            logprobs, step_entropy = policy.log_prob_entropy(params, batch["actions"][:, step],
+                                                             mask=mask)
+            teacher = None
+            if teacher_actions is not None:
+                teacher, _ = policy.log_prob_entropy(params, teacher_actions[:, step], False, mask)
+            outputs.append((logprobs, step_entropy, values, teacher))
+        logprobs, entropy, values, teacher = (
+            None if x[0] is None else torch.stack(x, 1) for x in zip(*outputs))
+        return logprobs, entropy, values, batch["live"], teacher
 
-    def _gradient_step(self, batch, record: bool = True):
+    def _gradient_step(self, batch, teacher_weight: float = 0.0, record: bool = True):
         """One Adam step on a minibatch; with `record`, returns the stacked statistics
-        (policy loss, value loss, entropy, approx KL, clip fraction)."""
+        (policy loss, value loss, entropy, approx KL, clip fraction, teacher loss)."""
         t = self.config.train
-        logprobs, entropy, values, live = self._evaluate(batch, record or t.ent_coef != 0)
+        logprobs, entropy, values, live, teacher_lp = self._evaluate(batch,
+                                                                     record or t.ent_coef != 0)
         log_ratio = logprobs - batch["logprobs"]
         ratio = log_ratio.exp()
         advantages = batch["advantages"]
@@ -473,6 +531,10 @@ class Trainer:
         loss = policy_loss + t.vf_coef * value_loss
         if t.ent_coef != 0:
             loss = loss - t.ent_coef * mean(entropy)
+        teacher_loss = torch.zeros((), device=values.device)
+        if teacher_lp is not None:
+            teacher_loss = self._teacher_loss(teacher_lp, batch, live)
+            loss = loss + teacher_weight * teacher_loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if t.max_grad_norm > 0:
@@ -484,7 +546,21 @@ class Trainer:
             approx_kl = mean((ratio - 1.0) - log_ratio)
             clip_fraction = mean(((ratio - 1.0).abs() > t.clip_coef).float())
             return torch.stack([policy_loss.detach(), value_loss.detach(),
-                                mean(entropy.detach()), approx_kl, clip_fraction])
+                                mean(entropy.detach()), approx_kl, clip_fraction,
+                                teacher_loss.detach()])
+
+    @staticmethod
+    def _teacher_loss(teacher_lp, batch, live):
+        """Mean -log pi(teacher action) over live samples whose teacher action is valid."""
+        weight = torch.ones_like(teacher_lp)
+        mask = batch.get("action_mask")
+        if mask is not None:
+            valid = mask.gather(-1, batch["teacher_actions"].long().unsqueeze(-1)).squeeze(-1)
+            weight = weight * valid
+        if live is not None:
+            weight = weight * live
+        nll = torch.where(weight > 0, -teacher_lp, torch.zeros_like(teacher_lp))
+        return (nll * weight).sum() / weight.sum().clamp(min=1.0)
 
     def update(self) -> dict:
         """One rollout + learning phase; returns the metrics record for it."""
