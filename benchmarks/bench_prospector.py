@@ -9,7 +9,7 @@ Throughput is `peregrine bench`'s loop (random actions pre-generated, one C
 call per step) with two additions for a shared machine: CPU seconds are read
 beside wall seconds, so "steps per CPU-second" does not depend on how busy
 the other cores are, and CartPole is measured in the same run as a
-reference point. Baselines: `scripted.evaluate` plays the first episode of
+reference point. Baselines: `peregrine.evaluate` plays the first episode of
 `--episodes` instances (seed `--seed`) with the masked-random policy and the
 scripted trader; with `--checkpoint`, a trained policy too (its argmax over
 the valid actions, and a masked sample as in training), always on the default game
@@ -27,7 +27,7 @@ import numpy as np
 
 import peregrine
 from peregrine.envs.bench import action_pool
-from peregrine.envs.prospector.scripted import evaluate, evaluate_random, evaluate_scripted
+from peregrine.evaluate import evaluate
 
 
 def throughput(name: str, num_envs: int, threads: int, seconds: float) -> dict:
@@ -91,18 +91,18 @@ def main() -> None:
         print(f"prospector/cartpole per CPU-second (1 thread): "
               f"{rows[1]['env_steps_per_cpu_sec'] / rows[0]['env_steps_per_cpu_sec']:.3f}")
 
-    baselines = {"random": evaluate_random(args.episodes, args.seed),
-                 "scripted": evaluate_scripted(args.episodes, args.seed)}
+    baselines = {name: evaluate("prospector", policy, args.episodes, args.seed)
+                 for name, policy in (("random", "random"), ("scripted", "trader"))}
     if args.checkpoint:
         for name, policy in checkpoint_policies(args.checkpoint).items():
-            baselines[name] = evaluate(policy, args.episodes, args.seed)
+            baselines[name] = evaluate("prospector", policy, args.episodes, args.seed)
     for name, result in baselines.items():
-        stats = result["env_stats"]
-        print(f"{name:>15}: return {result['return_mean']:7.2f} ± {result['return_std']:5.2f} "
+        mean, std = result["mean"], result["std"]
+        print(f"{name:>15}: return {mean['episode_return']:7.2f} ± {std['episode_return']:5.2f} "
               f"over {result['episodes']} first episodes (seed {args.seed}); length "
-              f"{result['length_mean']:.0f}, credits {result['credits_mean']:.0f}, destroyed "
-              f"{result['destroyed_rate']:.1%}, out of fuel {result['out_of_fuel_rate']:.1%}; "
-              f"ore sold {stats['ore_sold']:.1f}, invalid actions {stats['invalid_actions']:.1f}")
+              f"{mean['episode_length']:.0f}, credits {mean['credits']:.0f}, destroyed "
+              f"{mean['destroyed']:.1%}, out of fuel {mean['out_of_fuel']:.1%}; "
+              f"ore sold {mean['ore_sold']:.1f}, invalid actions {mean['invalid_actions']:.1f}")
     if args.json:
         print(json.dumps({"throughput": rows, "baselines": baselines}))
 

@@ -12,8 +12,7 @@ from peregrine.envs.prospector import (BOOST, BRAKE, DOCK, MINE, NUM_ACTIONS, OB
                                        SELL, SELL_ALL, THRUST, UNDOCK, UPGRADE, WAIT, WIDE_SCAN,
                                        Prospector, action_mask, action_names)
 from peregrine.envs.prospector.reference import STATE_INDEX, STATE_SIZE, ProspectorReference
-from peregrine.envs.prospector.scripted import (ScriptedTrader, evaluate, evaluate_random,
-                                                random_policy)
+from peregrine.envs.prospector.scripted import ScriptedTrader, random_policy
 
 I = STATE_INDEX
 
@@ -491,10 +490,11 @@ def test_no_nan_under_extreme_configs():
 
 # ---- baselines --------------------------------------------------------------------
 
-def test_scripted_trader_beats_random_and_evaluate_counts_first_episodes():
-    scripted = evaluate(ScriptedTrader(max_steps=300), num_envs=32, seed=0, max_steps=300)
-    random = evaluate_random(num_envs=32, seed=0, max_steps=300)
+def test_scripted_trader_beats_random():
+    from peregrine.evaluate import evaluate
+    scripted = evaluate("prospector", "trader", episodes=32, seed=0, max_steps=300)
+    random = evaluate("prospector", "random", episodes=32, seed=0, max_steps=300)
     assert scripted["episodes"] == random["episodes"] == 32
-    assert scripted["return_mean"] > random["return_mean"] + 1.0
-    assert scripted["env_stats"]["ore_sold"] > 0
-    assert random["length_mean"] <= 300
+    assert scripted["mean"]["episode_return"] > random["mean"]["episode_return"] + 1.0
+    assert scripted["mean"]["ore_sold"] > 0
+    assert random["mean"]["episode_length"] <= 300

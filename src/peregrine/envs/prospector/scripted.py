@@ -6,8 +6,9 @@
   refuel and repair there when low.
 
 Both take observations (N, 260) and return int32 actions (N,), so they run
-on any batch (the native env or the reference). `evaluate` plays one episode
-per instance with a fixed seed and reports the mean return and statistics;
+on any batch (the native env or the reference). `POLICIES` names them for
+`peregrine.evaluate` (`peregrine eval prospector --policy trader`), which
+plays the first episode of each instance with a fixed seed;
 benchmarks/bench_prospector.py prints these as the baselines a trained
 policy must beat.
 """
@@ -157,54 +158,5 @@ class Trader(ScriptedTrader):
 POLICIES = {"random": MaskedRandom, "trader": Trader}
 
 
-def evaluate(policy, num_envs: int = 256, seed: int = 0, num_threads: int = 1, **config) -> dict:
-    """Plays the first episode of each of `num_envs` instances (seed `seed`).
-
-    `policy(observations) -> actions`. Returns per-episode means over those
-    first episodes: return, length, final credits, destroyed and out-of-fuel
-    rates, and the C statistics (ENV_STATS means) over every episode that
-    ended meanwhile, under "env_stats".
-    """
-    env = Prospector(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
-    try:
-        returns = np.zeros(num_envs)
-        lengths = np.zeros(num_envs, np.int64)
-        finished = np.zeros(num_envs, bool)
-        final = np.zeros((num_envs, env.obs_dim), np.float32)
-        observations = env.observations
-        while not finished.all():
-            actions = policy(observations)
-            observations, rewards, terminals, truncations, _ = env.step(actions)
-            live = ~finished
-            returns[live] += rewards[live]
-            lengths[live] += 1
-            ended = live & (terminals | truncations)
-            final[ended] = env.final_observations[ended]
-            finished |= ended
-        stats = env.episode_stats()
-    finally:
-        env.close()
-    destroyed = final[:, 5] <= 0
-    return {
-        "episodes": num_envs,
-        "return_mean": float(returns.mean()),
-        "return_std": float(returns.std()),
-        "length_mean": float(lengths.mean()),
-        "credits_mean": float((final[:, 12] / 0.001).mean()),
-        "destroyed_rate": float(destroyed.mean()),
-        "out_of_fuel_rate": float(((final[:, 4] <= 0) & ~destroyed).mean()),
-        "env_stats": {"episodes": stats.count, **stats.mean},
-    }
-
-
-def evaluate_random(num_envs: int = 256, seed: int = 0, policy_seed: int = 0, **config) -> dict:
-    rng = np.random.default_rng(policy_seed)
-    return evaluate(lambda obs: random_policy(obs, rng), num_envs, seed, **config)
-
-
-def evaluate_scripted(num_envs: int = 256, seed: int = 0, **config) -> dict:
-    return evaluate(ScriptedTrader(**config), num_envs, seed, **config)
-
-
-__all__ = ["random_policy", "ScriptedTrader", "MaskedRandom", "Trader", "POLICIES", "evaluate", "evaluate_random",
-           "evaluate_scripted", "NUM_ACTIONS", "WAIT"]
+__all__ = ["random_policy", "ScriptedTrader", "MaskedRandom", "Trader", "POLICIES",
+           "NUM_ACTIONS", "WAIT"]
