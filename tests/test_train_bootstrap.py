@@ -16,24 +16,16 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from peregrine.envs.native_env import EpisodeStats
+from toy_envs import ToyBatch
 
 
-class CounterEnv:
+class CounterEnv(ToyBatch):
     def __init__(self, num_envs=8, limit=5, terminal=False, action_space=None, both_flags=False):
-        self.num_envs = self.num_agents = num_envs
+        super().__init__(num_envs, 1, action_space or spaces.Discrete(2, dtype=np.int32))
         self.limit, self.terminal, self.both_flags = limit, terminal, both_flags
-        self.single_observation_space = spaces.Box(-np.inf, np.inf, (1,), np.float32)
-        self.single_action_space = action_space or spaces.Discrete(2, dtype=np.int32)
-        self.observations = np.zeros((num_envs, 1), np.float32)
-        self.final_observations = np.zeros((num_envs, 1), np.float32)
-        self.rewards = np.zeros(num_envs, np.float32)
-        self.terminals = np.zeros(num_envs, bool)
-        self.truncations = np.zeros(num_envs, bool)
         self.masks = np.ones(num_envs, bool)
         self.counts = np.zeros(num_envs, np.int64)
         self.returns = np.zeros(num_envs)
-        self.finished: list[float] = []
         self.steps_taken = 0
         self.last_actions = None
 
@@ -54,24 +46,11 @@ class CounterEnv:
         self.terminals[:] = ended & self.terminal
         self.truncations[:] = ended & ((not self.terminal) or self.both_flags)
         self.final_observations[ended, 0] = self.counts[ended]
-        self.finished += list(self.returns[ended])
+        self.record_episodes(self.returns[ended], self.returns[ended])   # reward 1 per step
         self.returns[ended] = 0
         self.counts[ended] = 0
         self.observations[:, 0] = self.counts
         return self.observations, self.rewards, self.terminals, self.truncations, {}
-
-    def episode_stats(self, clear=True):
-        values = np.asarray(self.finished)
-        if clear:
-            self.finished = []
-        if len(values) == 0:
-            return EpisodeStats()
-        mean = {"episode_return": float(values.mean()), "episode_length": float(values.mean())}
-        std = {"episode_return": float(values.std()), "episode_length": float(values.std())}
-        return EpisodeStats(len(values), mean, std)
-
-    def close(self):
-        pass
 
 
 # ---- tests ---------------------------------------------------------------------

@@ -13,32 +13,24 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from peregrine.envs.native_env import EpisodeStats
 from peregrine.train import checkpoint
 from peregrine.train.config import load_config
 from peregrine.train.policy import Policy
 from peregrine.train.ppo import Trainer
+from toy_envs import ToyBatch
 
 N = 6
 
 
-class MaskEnv:
+class MaskEnv(ToyBatch):
     action_mask_slice = slice(1, 1 + N)
 
     def __init__(self, num_envs=16, limit=8, seed=0):
-        self.num_envs = self.num_agents = num_envs
+        super().__init__(num_envs, 1 + N, spaces.Discrete(N))
         self.limit = limit
         self.rng = np.random.default_rng(seed)
-        self.single_observation_space = spaces.Box(-np.inf, np.inf, (1 + N,), np.float32)
-        self.single_action_space = spaces.Discrete(N)
-        self.observations = np.zeros((num_envs, 1 + N), np.float32)
-        self.final_observations = np.zeros_like(self.observations)
-        self.rewards = np.zeros(num_envs, np.float32)
-        self.terminals = np.zeros(num_envs, bool)
-        self.truncations = np.zeros(num_envs, bool)
         self.counts = np.zeros(num_envs, np.int64)
         self.returns = np.zeros(num_envs)
-        self.finished: list[float] = []
         self.valid_taken = 0
         self.invalid_taken = 0
 
@@ -67,22 +59,10 @@ class MaskEnv:
         self.truncations[:] = ended
         self._new_masks()
         self.final_observations[ended] = self.observations[ended]
-        self.finished += list(self.returns[ended])
+        self.record_episodes(self.returns[ended], self.counts[ended])
         self.returns[ended] = 0
         self.counts[ended] = 0
         return self.observations, self.rewards, self.terminals, self.truncations, {}
-
-    def episode_stats(self, clear=True):
-        values = np.asarray(self.finished)
-        if clear:
-            self.finished = []
-        if len(values) == 0:
-            return EpisodeStats()
-        mean = {"episode_return": float(values.mean()), "episode_length": float(self.limit)}
-        return EpisodeStats(len(values), mean, dict(mean))
-
-    def close(self):
-        pass
 
 
 def make_trainer(env, mask="auto", **train):

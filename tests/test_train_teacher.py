@@ -11,25 +11,18 @@ import pytest
 import torch
 from gymnasium import spaces
 
-from peregrine.envs.native_env import EpisodeStats
 from peregrine.train import checkpoint
 from peregrine.train.config import load_config
 from peregrine.train.ppo import Trainer
+from toy_envs import ToyBatch
 
 N = 4
 
 
-class RuleEnv:
+class RuleEnv(ToyBatch):
     def __init__(self, num_envs=32, seed=0):
-        self.num_envs = self.num_agents = num_envs
+        super().__init__(num_envs, N, spaces.Discrete(N))
         self.rng = np.random.default_rng(seed)
-        self.single_observation_space = spaces.Box(-np.inf, np.inf, (N,), np.float32)
-        self.single_action_space = spaces.Discrete(N)
-        self.observations = np.zeros((num_envs, N), np.float32)
-        self.final_observations = np.zeros_like(self.observations)
-        self.rewards = np.zeros(num_envs, np.float32)
-        self.terminals = np.zeros(num_envs, bool)
-        self.truncations = np.zeros(num_envs, bool)
 
     def reset(self, seed=None):
         self.observations[:] = self.rng.standard_normal(self.observations.shape)
@@ -38,12 +31,6 @@ class RuleEnv:
     def step(self, actions):
         self.observations[:] = self.rng.standard_normal(self.observations.shape)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
-
-    def episode_stats(self, clear=True):
-        return EpisodeStats()
-
-    def close(self):
-        pass
 
 
 class ArgmaxTeacher:
