@@ -4,6 +4,7 @@
                                                     [--episodes 256] [--seed 0]
                                                     [--checkpoint RUN_DIR_OR_FILE]
                                                     [--skip-throughput]
+                                                    [--curves RUN_DIR ... --plot PNG]
 
 Throughput is `peregrine bench`'s loop (random actions pre-generated, one C
 call per step) with two additions for a shared machine: CPU seconds are read
@@ -14,6 +15,14 @@ reference point. Baselines: `peregrine.evaluate` plays the first episode of
 scripted trader; with `--checkpoint`, a trained policy too (its argmax over
 the valid actions, and a masked sample as in training), always on the default game
 (no shaping), whatever config it was trained with.
+
+`--curves RUN_DIR [RUN_DIR ...] --plot PNG` draws the training runs' learning
+curves on the default game's scale beside the two baselines. A run may train
+with shaping or another death penalty, so its logged episode return is not
+the game's; the game's return is linear in three episode statistics the env
+logs per update, so their means give the mean game return exactly:
+`(credits - start_credits) * reward_scale - death_penalty * (destroyed +
+out_of_fuel)` with the default game's constants.
 """
 from __future__ import annotations
 
@@ -64,6 +73,47 @@ def checkpoint_policies(path: str) -> dict:
     return {"trained (argmax)": actor, "trained (sampled, as in training)": sampler}
 
 
+def game_return_curve(run_dir: str):
+    """(env steps, mean default-game return of the training episodes) per update."""
+    from peregrine.envs.prospector import Prospector
+    from peregrine.monitor.plots import read_jsonl
+    game = Prospector.resolve_config({})
+    steps, returns = [], []
+    for record in read_jsonl(os.path.join(run_dir, "metrics.jsonl")):
+        stats = record.get("env_stats") or {}
+        if not record.get("episodes_this_update") or "credits" not in stats:
+            continue
+        steps.append(record["global_step"])
+        returns.append((stats["credits"] - game["start_credits"]) * game["reward_scale"]
+                       - game["death_penalty"] * (stats["destroyed"] + stats["out_of_fuel"]))
+    return steps, returns
+
+
+def plot_curves(run_dirs, baselines: dict, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=120)
+    for run_dir in run_dirs:
+        steps, returns = game_return_curve(run_dir)
+        window = max(1, len(returns) // 60)
+        smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
+        axis.plot(np.asarray(steps[window - 1:]) / 1e6, smooth,
+                  label=f"PPO {os.path.basename(os.path.normpath(run_dir))} (training episodes)")
+    for (name, result), style in zip(baselines.items(), ("k:", "k--", "r:", "r--")):
+        axis.axhline(result["mean"]["episode_return"], color=style[0], linestyle=style[1:],
+                     label=f"{name}: {result['mean']['episode_return']:.2f}")
+    axis.set_xlabel("env steps (millions)")
+    axis.set_ylabel("return, default game")
+    axis.set_title("Prospector: PPO vs the scripted trader")
+    axis.legend(fontsize=7, loc="lower right")
+    axis.grid(alpha=0.3)
+    figure.tight_layout()
+    figure.savefig(path)
+    plt.close(figure)
+    print(f"wrote {path}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--num-envs", type=int, default=8192)
@@ -72,6 +122,9 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--checkpoint", help="also evaluate this trained policy")
     parser.add_argument("--skip-throughput", action="store_true")
+    parser.add_argument("--curves", nargs="+", metavar="RUN_DIR",
+                        help="training runs whose learning curves --plot draws")
+    parser.add_argument("--plot", help="PNG for --curves, with the baselines as lines")
     parser.add_argument("--json", action="store_true")
     args = parser.parse_args()
 
@@ -103,6 +156,9 @@ def main() -> None:
               f"{mean['episode_length']:.0f}, credits {mean['credits']:.0f}, destroyed "
               f"{mean['destroyed']:.1%}, out of fuel {mean['out_of_fuel']:.1%}; "
               f"ore sold {mean['ore_sold']:.1f}, invalid actions {mean['invalid_actions']:.1f}")
+    if args.curves and args.plot:
+        plot_curves(args.curves, {"scripted trader": baselines["scripted"],
+                                  "random": baselines["random"]}, args.plot)
     if args.json:
         print(json.dumps({"throughput": rows, "baselines": baselines}))
 
