@@ -17,7 +17,8 @@ the valid actions, and a masked sample as in training), always on the default ga
 (no shaping), whatever config it was trained with.
 
 `--curves RUN_DIR [RUN_DIR ...] --plot PNG` draws the training runs' learning
-curves on the default game's scale beside the two baselines. A run may train
+curves on the default game's scale beside the two baselines, with each run's
+final checkpoint evaluated like the baselines as a marker. A run may train
 with shaping or another death penalty, so its logged episode return is not
 the game's; the game's return is linear in three episode statistics the env
 logs per update, so their means give the mean game return exactly:
@@ -89,17 +90,23 @@ def game_return_curve(run_dir: str):
     return steps, returns
 
 
-def plot_curves(run_dirs, baselines: dict, path: str) -> None:
+def plot_curves(run_dirs, baselines: dict, path: str, episodes: int, seed: int) -> None:
+    """Each run's curve (training episodes, sampled actions, smoothed) and a marker
+    at its end for its final checkpoint's argmax evaluation, beside the baselines."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=120)
     for run_dir in run_dirs:
+        name = os.path.basename(os.path.normpath(run_dir))
         steps, returns = game_return_curve(run_dir)
         window = max(1, len(returns) // 60)
         smooth = np.convolve(returns, np.ones(window) / window, mode="valid")
-        axis.plot(np.asarray(steps[window - 1:]) / 1e6, smooth,
-                  label=f"PPO {os.path.basename(os.path.normpath(run_dir))} (training episodes)")
+        line, = axis.plot(np.asarray(steps[window - 1:]) / 1e6, smooth,
+                          label=f"{name}: training episodes (sampled)")
+        final = evaluate("prospector", run_dir, episodes, seed)["mean"]["episode_return"]
+        axis.plot([steps[-1] / 1e6], [final], "o", color=line.get_color(),
+                  label=f"{name}: final checkpoint, argmax: {final:.2f}")
     for (name, result), style in zip(baselines.items(), ("k:", "k--", "r:", "r--")):
         axis.axhline(result["mean"]["episode_return"], color=style[0], linestyle=style[1:],
                      label=f"{name}: {result['mean']['episode_return']:.2f}")
@@ -158,7 +165,8 @@ def main() -> None:
               f"ore sold {mean['ore_sold']:.1f}, invalid actions {mean['invalid_actions']:.1f}")
     if args.curves and args.plot:
         plot_curves(args.curves, {"scripted trader": baselines["scripted"],
-                                  "random": baselines["random"]}, args.plot)
+                                  "random": baselines["random"]}, args.plot,
+                    args.episodes, args.seed)
     if args.json:
         print(json.dumps({"throughput": rows, "baselines": baselines}))
 
