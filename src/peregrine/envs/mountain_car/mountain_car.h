@@ -63,9 +63,7 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
 
 static void env_free(Env *env) { mountain_car_free(&env->car); }
 
-static void env_reset(Env *env, int start, int end) {
-    mountain_car_reset_range(&env->car, &env->pg, start, end);
-}
+#include "mountain_car_env.h"
 
 /* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
  * pointers offset to the first instance and a size_t index, so it becomes
@@ -106,21 +104,6 @@ static void env_step(Env *env, int start, int end) {
                          car->steps + s, (float *)pg->observations + 2 * s, pg->rewards + s,
                          pg->terminals + s, pg->truncations + s);
     mountain_car_finish_episodes(car, pg, start, end);
-}
-
-/* State per instance: position (within [-1.2, 0.6]), velocity (within
- * +-max_speed), steps taken (0 <= steps < max_steps), return so far. */
-static int env_state_size(const Env *env) {
-    (void)env;
-    return MOUNTAIN_CAR_STATE_SIZE;
-}
-
-static void env_get_state(const Env *env, int i, double *out) {
-    mountain_car_get_state(&env->car, i, out);
-}
-
-static int env_set_state(Env *env, int i, const double *in) {
-    return mountain_car_set_state(&env->car, &env->pg, i, in, env->max_speed, env->max_steps);
 }
 
 #endif /* PEREGRINE_MOUNTAIN_CAR_H */
