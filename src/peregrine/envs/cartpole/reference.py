@@ -10,42 +10,35 @@ from __future__ import annotations
 import numpy as np
 
 from ..pg_math import sincos
-from ..rng import Streams
+from ..reference_batch import ReferenceBatch
 from . import CartPole
 
 f32 = np.float32
 
 
-class CartPoleReference:
+class CartPoleReference(ReferenceBatch):
     """Batch of CartPole instances with NativeEnv's reset/step contract."""
 
-    def __init__(self, num_envs: int = 1, seed: int = 0, **config):
-        self.num_envs = self.num_agents = num_envs
-        self.config = CartPole.resolve_config(config)
-        c = self.config
-        self.max_steps = int(c["max_steps"])
+    env_class = CartPole
+    obs_dim = 4
+
+    def setup(self, c):
         self.gravity, self.masspole = f32(c["gravity"]), f32(c["masspole"])
         self.total_mass = self.masspole + f32(c["masscart"])
         self.length = f32(c["length"])
         self.polemass_length = self.masspole * self.length
         self.force_mag, self.tau = f32(c["force_mag"]), f32(c["tau"])
         self.x_threshold, self.theta_threshold = f32(c["x_threshold"]), f32(c["theta_threshold"])
-        self.state = np.zeros((num_envs, 4), np.float32)  # x, x_dot, theta, theta_dot
-        self.steps = np.zeros(num_envs, np.int64)
-        self.final_observations = np.zeros((num_envs, 4), np.float32)
-        self.episode_returns: list[float] = []
-        self.reset(seed)
+        self.state = np.zeros((self.num_envs, 4), np.float32)  # x, x_dot, theta, theta_dot
+
+    def observations(self) -> np.ndarray:
+        return self.state.copy()
 
     def _reset_instances(self, idx):
         for column in range(4):  # draw order: x, x_dot, theta, theta_dot
             self.state[idx, column] = self.streams.uniform_range(idx, -0.05, 0.05)
+        self.returns[idx] = 0
         self.steps[idx] = 0
-
-    def reset(self, seed=None):
-        if seed is not None:
-            self.streams = Streams(seed, self.num_envs)
-        self._reset_instances(np.arange(self.num_envs))
-        return self.state.copy(), {}
 
     def step(self, actions):
         x, x_dot, theta, theta_dot = self.state.T
@@ -65,9 +58,6 @@ class CartPoleReference:
                     (theta < -self.theta_threshold) | (theta > self.theta_threshold)
         truncations = ~terminals & (self.steps >= self.max_steps)
         rewards = np.ones(self.num_envs, np.float32)
-        done = np.flatnonzero(terminals | truncations)
-        if done.size:
-            self.final_observations[done] = self.state[done]
-            self.episode_returns.extend(self.steps[done].astype(float))
-            self._reset_instances(done)
-        return self.state.copy(), rewards, terminals, truncations, {}
+        self.returns += rewards
+        observations = self._end_episodes(self.observations(), terminals, truncations)
+        return observations, rewards, terminals, truncations, {}

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..pg_math import sincos
-from ..rng import Streams
+from ..reference_batch import ReferenceBatch
 from . import MountainCar
 
 f32 = np.float32
@@ -27,28 +27,19 @@ def cos3(position: np.ndarray) -> np.ndarray:
     return cos_3x + f32(0) * sin_3x
 
 
-class MountainCarReference:
+class MountainCarReference(ReferenceBatch):
     """Batch of MountainCar instances with NativeEnv's reset/step contract."""
 
     env_class = MountainCar
+    obs_dim = 2
 
-    def __init__(self, num_envs: int = 1, seed: int = 0, **config):
-        self.num_envs = self.num_agents = num_envs
-        self.config = self.env_class.resolve_config(config)
-        c = self.config
-        self.max_steps = int(c["max_steps"])
+    def setup(self, c):
         self.goal_position, self.goal_velocity = f32(c["goal_position"]), f32(c["goal_velocity"])
         self.gravity, self.max_speed = f32(c["gravity"]), f32(c["max_speed"])
         self.configure(c)
-        self.position = np.zeros(num_envs, np.float32)
-        self.velocity = np.zeros(num_envs, np.float32)
-        self.returns = np.zeros(num_envs, np.float32)
-        self.steps = np.zeros(num_envs, np.int64)
-        self.final_observations = np.zeros((num_envs, 2), np.float32)
-        self.episode_returns: list[float] = []
-        self.episode_lengths: list[int] = []
+        self.position = np.zeros(self.num_envs, np.float32)
+        self.velocity = np.zeros(self.num_envs, np.float32)
         self.episode_successes: list[float] = []
-        self.reset(seed)
 
     # ---- what a variant defines ------------------------------------------
     def configure(self, c):
@@ -73,12 +64,6 @@ class MountainCarReference:
         self.returns[idx] = 0
         self.steps[idx] = 0
 
-    def reset(self, seed=None):
-        if seed is not None:
-            self.streams = Streams(seed, self.num_envs)
-        self._reset_instances(np.arange(self.num_envs))
-        return self.observations(), {}
-
     def _move(self, acceleration):
         """Velocity then position, clipped; the left wall is inelastic (see
         mountain_car_move in C). Returns which instances reached the goal."""
@@ -97,13 +82,8 @@ class MountainCarReference:
         truncations = ~terminals & (self.steps >= self.max_steps)
         rewards = self.rewards(terminals, reward_input)
         self.returns = (self.returns + rewards).astype(np.float32)
-        observations = self.observations()
-        done = np.flatnonzero(terminals | truncations)
-        if done.size:
-            self.final_observations[done] = observations[done]
-            self.episode_returns.extend(self.returns[done].astype(float))
-            self.episode_lengths.extend(self.steps[done].astype(int))
-            self.episode_successes.extend(terminals[done].astype(float))
-            self._reset_instances(done)
-            observations[done] = self.observations()[done]
+        observations = self._end_episodes(self.observations(), terminals, truncations)
         return observations, rewards, terminals, truncations, {}
+
+    def _record(self, done, terminals):
+        self.episode_successes.extend(terminals[done].astype(float))

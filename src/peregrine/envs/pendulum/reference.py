@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..pg_math import sincos
-from ..rng import Streams
+from ..reference_batch import ReferenceBatch
 from . import Pendulum
 
 f32 = np.float32
@@ -25,27 +25,20 @@ def wrap_angle(angle: np.ndarray) -> np.ndarray:
     return (angle - k * _TWO_PI_HI) - k * _TWO_PI_LO
 
 
-class PendulumReference:
+class PendulumReference(ReferenceBatch):
     """Batch of Pendulum instances with NativeEnv's reset/step contract."""
 
-    def __init__(self, num_envs: int = 1, seed: int = 0, **config):
-        self.num_envs = self.num_agents = num_envs
-        self.config = Pendulum.resolve_config(config)
-        c = self.config
-        self.max_steps = int(c["max_steps"])
+    env_class = Pendulum
+    obs_dim = 3
+
+    def setup(self, c):
         # derived constants rounded once from float64, as env_init does
         self.gravity_term = f32(3.0 * c["gravity"] / (2.0 * c["length"]))
         self.torque_term = f32(3.0 / (c["mass"] * c["length"] * c["length"]))
         self.dt, self.max_speed = f32(c["dt"]), f32(c["max_speed"])
         self.max_torque = f32(c["max_torque"])
-        self.theta = np.zeros(num_envs, np.float32)
-        self.theta_dot = np.zeros(num_envs, np.float32)
-        self.returns = np.zeros(num_envs, np.float32)
-        self.steps = np.zeros(num_envs, np.int64)
-        self.final_observations = np.zeros((num_envs, 3), np.float32)
-        self.episode_returns: list[float] = []
-        self.episode_lengths: list[int] = []
-        self.reset(seed)
+        self.theta = np.zeros(self.num_envs, np.float32)
+        self.theta_dot = np.zeros(self.num_envs, np.float32)
 
     def observations(self) -> np.ndarray:
         sin, cos = sincos(self.theta)
@@ -56,12 +49,6 @@ class PendulumReference:
         self.theta_dot[idx] = self.streams.uniform_range(idx, -1.0, 1.0)  # then velocity
         self.returns[idx] = 0
         self.steps[idx] = 0
-
-    def reset(self, seed=None):
-        if seed is not None:
-            self.streams = Streams(seed, self.num_envs)
-        self._reset_instances(np.arange(self.num_envs))
-        return self.observations(), {}
 
     def step(self, actions):
         torque = np.asarray(actions, np.float32).reshape(self.num_envs)
@@ -78,14 +65,7 @@ class PendulumReference:
         rewards = (-cost).astype(np.float32)
         self.returns = (self.returns + rewards).astype(np.float32)
         self.steps += 1
-        observations = self.observations()
         terminals = np.zeros(self.num_envs, bool)
         truncations = self.steps >= self.max_steps
-        done = np.flatnonzero(truncations)
-        if done.size:
-            self.final_observations[done] = observations[done]
-            self.episode_returns.extend(self.returns[done].astype(float))
-            self.episode_lengths.extend(self.steps[done].astype(int))
-            self._reset_instances(done)
-            observations[done] = self.observations()[done]
+        observations = self._end_episodes(self.observations(), terminals, truncations)
         return observations, rewards, terminals, truncations, {}
