@@ -16,7 +16,7 @@ import peregrine  # noqa: E402
 from peregrine.envs.bench import measure  # noqa: E402
 
 # Instances per env: heavy envs need fewer for the same step time.
-NUM_ENVS = {"drone_swarm": 4096, "prospector": 8192}
+NUM_ENVS = {"drone_swarm": 4096}
 
 
 def best(name, num_envs, threads, seconds, repeats):

@@ -33,6 +33,11 @@ import torch
 EPSILON = 1e-8
 
 
+def _float64(value) -> np.ndarray:
+    """A checkpoint entry (tensor or array-like) as a float64 array."""
+    return np.asarray(value.numpy() if torch.is_tensor(value) else value, dtype=np.float64)
+
+
 class RunningMeanStd:
     """Exact running mean and population variance per feature (float64)."""
 
@@ -67,10 +72,7 @@ class RunningMeanStd:
                 "count": int(self.count)}
 
     def load_state_dict(self, state: dict, label: str = "normaliser") -> None:
-        mean = np.asarray(state["mean"].numpy() if torch.is_tensor(state["mean"]) else state["mean"],
-                          dtype=np.float64)
-        var = np.asarray(state["var"].numpy() if torch.is_tensor(state["var"]) else state["var"],
-                         dtype=np.float64)
+        mean, var = _float64(state["mean"]), _float64(state["var"])
         if mean.shape != self.shape or var.shape != self.shape:
             raise ValueError(f"{label} statistics have shape {mean.shape}, expected {self.shape}")
         self.mean[...] = mean
@@ -85,12 +87,14 @@ class ObservationNormalizer:
         self.stats = RunningMeanStd((obs_dim,))
         self.clip = float(clip)
         self.device = torch.device(device)
+        self.shift = torch.zeros(obs_dim, dtype=torch.float32, device=self.device)
+        self.scale = torch.ones(obs_dim, dtype=torch.float32, device=self.device)
         self._refresh()
 
     def _refresh(self) -> None:
-        self.shift = torch.as_tensor(self.stats.mean, dtype=torch.float32, device=self.device)
-        self.scale = torch.as_tensor(1.0 / np.sqrt(self.stats.var + EPSILON), dtype=torch.float32,
-                                     device=self.device)
+        """The float32 shift/scale the policy input uses, refreshed in place (every step)."""
+        self.shift.copy_(torch.from_numpy(self.stats.mean))
+        self.scale.copy_(torch.from_numpy(1.0 / np.sqrt(self.stats.var + EPSILON)))
 
     def update(self, observations: np.ndarray, live=None) -> None:
         """Adds the env's observations (host array, only read) to the statistics."""
@@ -140,7 +144,7 @@ class RewardScaler:
 
     def load_state_dict(self, state: dict, label: str = "reward scaler") -> None:
         self.stats.load_state_dict(state, label)
-        returns = state["returns"].numpy()
+        returns = _float64(state["returns"])
         if returns.shape != self.returns.shape:
             raise ValueError(f"{label} has {returns.shape[0]} rows, this run has "
                              f"{self.returns.shape[0]}")

@@ -113,8 +113,8 @@ class Trainer:
     `env` (optional) is any batch with the native interface; by default one is
     made from `config`. `teacher` (optional) is a policy object,
     callable(observations) -> actions, used instead of `train.teacher` (which
-    names a scripted policy or a checkpoint) for kickstarting. Construction sets process-wide torch state from the
-    config: the thread count, deterministic algorithms (`train.deterministic`)
+    names a scripted policy or a checkpoint) for kickstarting. Construction
+    sets process-wide torch state from the config: the thread count, deterministic algorithms (`train.deterministic`)
     and the global seed (parameter initialisation); sampling and minibatch
     order use the trainer's own `torch.Generator`.
     """
@@ -151,9 +151,7 @@ class Trainer:
         self.generator.manual_seed(t.seed)
 
         # Zero-copy views of the env's buffers (rebound if a step returns others).
-        self._obs_np = observations
-        self.obs_view = torch.from_numpy(observations)
-        self.final_obs_view = torch.from_numpy(env.final_observations)
+        self._bind_observations(observations)
         self._bind_step_buffers(getattr(env, "rewards", None), getattr(env, "terminals", None),
                                 getattr(env, "truncations", None))
         self.masks_np = getattr(env, "masks", None)
@@ -200,8 +198,9 @@ class Trainer:
                                               dtype=torch.bool, device=device)
         self.returns_buf = torch.zeros(shape, device=device)
         self.teacher = self.teacher_buf = None
-        teacher = t.teacher if teacher is None else teacher
-        if teacher is not None and not (isinstance(teacher, str) and teacher == ""):
+        if teacher is None:
+            teacher = t.teacher or None     # "" = no teacher
+        if teacher is not None:
             from ..evaluate import make_policy
             self.teacher = make_policy(config.env_name, teacher, env, seed=t.seed)
             self.teacher_buf = torch.zeros_like(self.actions_buf)
@@ -235,6 +234,12 @@ class Trainer:
             return raw if out is None else out.copy_(raw)
         return self.obs_norm.normalize(raw, out)
 
+    def _bind_observations(self, observations) -> None:
+        """Views of the env's observation buffers (rebound if a step returns others)."""
+        self._obs_np = observations
+        self.obs_view = torch.from_numpy(observations)
+        self.final_obs_view = torch.from_numpy(self.env.final_observations)
+
     def _bind_step_buffers(self, rewards, terminals, truncations):
         self._rewards_np = rewards
         self.rewards_view = None if rewards is None else torch.from_numpy(rewards)
@@ -265,7 +270,7 @@ class Trainer:
         if actions.shape != tuple(target.shape):
             raise ValueError(f"the teacher policy returned actions of shape {actions.shape}; "
                              f"the env's batch needs {tuple(target.shape)}")
-        target.copy_(torch.from_numpy(actions).to(target.dtype), non_blocking=True)
+        target.copy_(torch.from_numpy(actions))   # copy_ converts the dtype
 
     @torch.no_grad()
     def rollout(self) -> dict:
@@ -313,6 +318,8 @@ class Trainer:
             env_seconds += time.perf_counter() - tick
             if rewards is not self._rewards_np or truncations is not self._truncations_np:
                 self._bind_step_buffers(rewards, terminals, truncations)
+            if next_obs is not self._obs_np:
+                self._bind_observations(next_obs)
             done = self.dones_buf[step]
             torch.logical_or(self.terminals_view.to(device, non_blocking=not on_cpu),
                              self.truncations_view.to(device, non_blocking=not on_cpu), out=done)
@@ -343,10 +350,6 @@ class Trainer:
 
     def _update_normalisers(self, next_obs, rewards, terminals, truncations, step) -> None:
         """Statistics from this step's env output; the (scaled) rewards into storage."""
-        if next_obs is not self._obs_np:
-            self._obs_np = next_obs
-            self.obs_view = torch.from_numpy(next_obs)
-            self.final_obs_view = torch.from_numpy(self.env.final_observations)
         live = self._live_rows()
         if self.obs_norm is not None:
             self.obs_norm.update(next_obs, live)
@@ -554,13 +557,11 @@ class Trainer:
         """Mean -log pi(teacher action) over live samples whose teacher action is valid."""
         weight = torch.ones_like(teacher_lp)
         mask = batch.get("action_mask")
-        if mask is not None:
-            valid = mask.gather(-1, batch["teacher_actions"].long().unsqueeze(-1)).squeeze(-1)
-            weight = weight * valid
+        if mask is not None:   # a forbidden action's log-prob is ~-1e9: finite, weighted 0
+            weight = weight * mask.gather(-1, batch["teacher_actions"].long().unsqueeze(-1)).squeeze(-1)
         if live is not None:
             weight = weight * live
-        nll = torch.where(weight > 0, -teacher_lp, torch.zeros_like(teacher_lp))
-        return (nll * weight).sum() / weight.sum().clamp(min=1.0)
+        return -(teacher_lp * weight).sum() / weight.sum().clamp(min=1.0)
 
     def update(self) -> dict:
         """One rollout + learning phase; returns the metrics record for it."""
@@ -653,14 +654,13 @@ class Trainer:
         self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.recent_episodes = deque((tuple(x) for x in state["recent_episodes"]), maxlen=256)
         self.next_starts = state["next_starts"].to(self.device)
-        for name, normaliser in (("obs_normalizer", self.obs_norm),
-                                 ("reward_scaler", self.reward_scaler)):
+        for name, normaliser, key in (("obs_normalizer", self.obs_norm, "normalize_obs"),
+                                      ("reward_scaler", self.reward_scaler, "normalize_reward")):
             if normaliser is None:
                 continue
             if state.get(name) is None:
                 raise ValueError(f"checkpoint has no {name} statistics but this run has "
-                                 f"train.{'normalize_obs' if name == 'obs_normalizer' else 'normalize_reward'} "
-                                 f"on; keep the run's config when resuming")
+                                 f"train.{key} on; keep the run's config when resuming")
             normaliser.load_state_dict(state[name])
         if state.get("lstm_state") is not None:
             self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])

@@ -16,8 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from . import (BRAKE, DOCK, FILL_FUEL, FULL_REPAIR, MINE, NUM_ACTIONS, NUM_ASTEROIDS,
-               NUM_ORES, NUM_STATIONS, OBS_ASTEROIDS, OBS_BEST_PRICE, OBS_MASK,
+from . import (BRAKE, DOCK, FILL_FUEL, FULL_REPAIR, MINE, NUM_ASTEROIDS, NUM_STATIONS, OBS_ASTEROIDS, OBS_BEST_PRICE, OBS_MASK,
                OBS_NEAREST_ORE, OBS_STATIONS, SCAN, SELL_ALL, STEER_ORE, STEER_STATION, THRUST,
                UNDOCK, WAIT, WIDE_SCAN, Prospector, action_mask)
 
@@ -158,5 +157,4 @@ class Trader(ScriptedTrader):
 POLICIES = {"random": MaskedRandom, "trader": Trader}
 
 
-__all__ = ["random_policy", "ScriptedTrader", "MaskedRandom", "Trader", "POLICIES",
-           "NUM_ACTIONS", "WAIT"]
+__all__ = ["random_policy", "ScriptedTrader", "MaskedRandom", "Trader", "POLICIES"]
