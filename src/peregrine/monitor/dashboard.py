@@ -113,6 +113,9 @@ def render(snapshot: Snapshot, width: int = 100):
 
     throughput = _table("Throughput")
     throughput.add_row("SPS", number(value["sps"]), sparkline(series("sps"), spark))
+    ranks = value.get("world_size", 1)
+    if ranks == ranks and ranks > 1:     # a data-parallel run: SPS and steps are global
+        throughput.add_row("ranks", number(ranks), "")
     throughput.add_row("steps", number(value["global_step"]), "")
     throughput.add_row("updates", number(value["updates"]), "")
     throughput.add_row("elapsed", duration(value["elapsed"]), "")

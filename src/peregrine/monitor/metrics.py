@@ -91,6 +91,7 @@ FIELDS = (
     "time_learn",       # seconds in the PPO update
     "heartbeat",        # wall time (Unix seconds) of this record
     "status",           # STATUS_CODES
+    "world_size",       # ranks of a data-parallel run (sps and global_step count them all)
 )
 LOSS_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate")
 TIME_SPLIT_NAMES = ("env", "forward", "learn")
@@ -193,7 +194,7 @@ class MetricsWriter:
     # ---- writing --------------------------------------------------------------
     def update(self, global_step=0, updates=0, sps=math.nan, elapsed=None, episodes=0,
                episode_return=math.nan, episode_length=math.nan, env_stats=None, losses=None,
-               time_split=None, status="running") -> None:
+               time_split=None, status="running", world_size=1) -> None:
         """Publishes one record. Cost: a few microseconds (see benchmarks)."""
         if self.closed:
             raise ValueError("update() on a closed MetricsWriter")
@@ -209,7 +210,7 @@ class MetricsWriter:
                losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
                losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
                time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
-               now, STATUS_CODES[status]]
+               now, STATUS_CODES[status], world_size]
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)

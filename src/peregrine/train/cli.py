@@ -4,6 +4,7 @@
     peregrine train cartpole --train.learning-rate 3e-4 --vec.num-envs 64
     peregrine train cartpole --detach                # headless: metrics.jsonl only
     peregrine train --resume runs/cartpole-...       # continue where it stopped
+    peregrine train cartpole --nproc 2               # 2 data-parallel ranks (torchrun)
 
 Display: `--monitor` starts `peregrine monitor RUN_DIR` as a child process
 (a Rich dashboard reading the run's metrics; closing it never affects
@@ -11,6 +12,10 @@ training); `--detach` prints nothing but the run directory and the final
 summary. Without either, a TTY gets the dashboard and anything else gets one
 plain progress line every `train.progress_interval` updates. When the monitor
 module is not installed, `--monitor` falls back to the plain lines.
+
+Several ranks: `--nproc N` runs this same command as N ranks through
+`torch.distributed.run`; a worker that torchrun started (WORLD_SIZE > 1) trains
+as its rank (see distributed.py), and only rank 0 prints or shows a dashboard.
 """
 from __future__ import annotations
 
@@ -29,7 +34,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      f"{['env', *SECTIONS]} (e.g. --train.learning-rate 3e-4, "
                      f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}.")
     parser.usage = ("peregrine train [ENV] [--config FILE] [--resume RUN_DIR] [--seed N] "
-                    "[--total-steps N] [--run-dir DIR] [--monitor | --detach] "
+                    "[--total-steps N] [--run-dir DIR] [--nproc N] [--monitor | --detach] "
                     "[--SECTION.KEY VALUE ...]")
     parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
     _add_flags(parser)
@@ -42,6 +47,7 @@ def parse_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace
     rest, overrides = split_overrides(list(argv))
     namespace = parser.parse_args(rest)
     namespace.overrides = overrides
+    namespace.argv = list(argv)
     return namespace
 
 
@@ -51,6 +57,9 @@ def _add_flags(parser):
     parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
     parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")
     parser.add_argument("--run-dir", help="exact run directory (default: runs/<env>-<time>-s<seed>)")
+    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+                        help="data-parallel ranks on this machine, started by "
+                             "torch.distributed.run (vec.num_envs is per rank)")
     display = parser.add_mutually_exclusive_group()
     display.add_argument("--monitor", action="store_true", help="live dashboard (child process)")
     display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
@@ -102,6 +111,11 @@ def run(args) -> int:
             raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+    if args.nproc != 1:
+        return _launch(args, config)
+    quiet = runs.distributed.launched() and os.environ.get("RANK", "0") != "0"
+    if quiet:   # ranks other than 0 print nothing but their errors
+        args.detach, args.monitor = True, False
 
     mode = "detach" if args.detach else "monitor" if args.monitor else (
         "monitor" if sys.stdout.isatty() else "plain")
@@ -123,8 +137,10 @@ def run(args) -> int:
         print(runs.format_progress(record), flush=True)
 
     if mode == "plain":
+        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        per_rank = f" x {ranks} ranks" if ranks > 1 else ""
         print(f"training {config.env_name}: {config.train.total_steps:,} steps, "
-              f"{config.vec.num_envs} envs, seed {config.train.seed}", flush=True)
+              f"{config.vec.num_envs} envs{per_rank}, seed {config.train.seed}", flush=True)
     summary = None
     try:
         summary = runs.train(config, run_dir, resume=bool(args.resume),
@@ -135,6 +151,8 @@ def run(args) -> int:
             print(flush=True)  # the dashboard's last frame does not end its line
     recent = summary["recent_return"]
     recent_text = "n/a" if recent is None else f"{recent:.1f}"
+    if quiet:
+        return 130 if summary["status"] == "interrupted" else 0
     print(f"{summary['status']}: {summary['global_step']:,} steps in {summary['elapsed']:.2f} s "
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
@@ -142,6 +160,25 @@ def run(args) -> int:
     print(f"evaluate:   peregrine eval {config.env_name} --policy {summary['checkpoint']}",
           flush=True)
     return 130 if summary["status"] == "interrupted" else 0
+
+
+def _launch(args, config) -> int:
+    """--nproc N: this command without --nproc, as N ranks under torch.distributed.run."""
+    from .distributed import check_config, launch, launched
+    if args.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    if launched():
+        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
+    check_config(config)
+    argv, rest, i = args.argv, [], 0
+    while i < len(argv):
+        if argv[i] == "--nproc":
+            i += 2
+            continue
+        if not argv[i].startswith("--nproc="):
+            rest.append(argv[i])
+        i += 1
+    return launch(args.nproc, rest)
 
 
 def _finish_monitor(process, grace: float = 3.0) -> None:

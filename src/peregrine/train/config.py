@@ -77,6 +77,9 @@ class TrainConfig:
     teacher_coef: float = 1.0        # initial weight of the teacher term (-log pi(teacher action))
     teacher_steps: int = 0           # steps over which that weight decays linearly to 0;
     #                                  0 = constant for the whole run
+    dist_backend: str = "auto"       # torch.distributed backend with several ranks (torchrun,
+    #                                  --nproc): "auto" = nccl on CUDA, gloo on CPU
+    dist_timeout: float = 60.0       # seconds a collective may wait for a missing rank
 
 
 @dataclass
@@ -96,6 +99,7 @@ SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
 CHOICES = {
     ("vec", "backend"): ("native", "serial", "multiprocessing"),
     ("train", "device"): ("cpu", "cuda", "auto"),
+    ("train", "dist_backend"): ("auto", "gloo", "nccl"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),
 }
@@ -322,6 +326,8 @@ def validate(config: Config) -> None:
     for name, value in (("train.obs_clip", t.obs_clip), ("train.reward_clip", t.reward_clip)):
         if value <= 0:
             raise ValueError(f"{name} must be > 0, got {value}")
+    if t.dist_timeout <= 0:
+        raise ValueError(f"train.dist_timeout must be > 0, got {t.dist_timeout}")
     if t.adam_eps <= 0:
         raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
     if p.lstm and t.horizon % p.bptt_horizon:

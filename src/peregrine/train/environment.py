@@ -52,12 +52,14 @@ def _stream_seeder(env):
     return getattr(env, "seed_streams", None)
 
 
-def reseed_streams(env, seed: int, update: int) -> bool:
-    """Re-derives every instance's random stream; False if the env cannot."""
+def reseed_streams(env, seed: int, update: int, derive=None) -> bool:
+    """Re-derives every instance's random stream; False if the env cannot.
+    `derive` (optional) maps the stream seed to this env's (a rank's slice)."""
     seeder = _stream_seeder(env)
     if seeder is None:
         return False
-    seeder(stream_seed(seed, update))
+    seed = stream_seed(seed, update)
+    seeder(seed if derive is None else derive(seed))
     return True
 
 

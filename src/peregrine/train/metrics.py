@@ -60,7 +60,8 @@ class RunLogger:
                     episode_return=record.get("episode_return"),
                     episode_length=record.get("episode_length"),
                     env_stats=record.get("env_stats", {}), losses=record["losses"],
-                    time_split=record["time_split"], status="running")
+                    time_split=record["time_split"], status="running",
+                    world_size=record.get("world_size", 1))
             except Exception as error:  # noqa: BLE001
                 self._warn(f"dashboard metrics disabled: {error}")
                 self.writer = None

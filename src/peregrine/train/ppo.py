@@ -117,18 +117,23 @@ class Trainer:
     sets process-wide torch state from the config: the thread count, deterministic algorithms (`train.deterministic`)
     and the global seed (parameter initialisation); sampling and minibatch
     order use the trainer's own `torch.Generator`.
+
+    `dist` (optional): this process's `distributed.DataParallel` when it is one
+    rank of a data-parallel run; the hooks marked "dist hook" use it (rank
+    seeds, gradient averaging, global advantage statistics, reduced records).
     """
 
-    def __init__(self, config, env=None, teacher=None):
+    def __init__(self, config, env=None, teacher=None, dist=None):
         t = config.train
         self.config = config
-        self.device = resolve_device(t.device)
+        self.dist = dist
+        self.device = resolve_device(t.device) if dist is None else dist.device
         torch.set_num_threads(t.torch_threads)
         if t.deterministic:
             torch.use_deterministic_algorithms(True, warn_only=True)
         torch.manual_seed(t.seed)
         self.owns_env = env is None
-        self.env = environment.make_env(config) if env is None else env
+        self.env = environment.make_env(config, self._env_seed(t.seed)) if env is None else env
         try:
             self._setup(config, teacher)
         except BaseException:
@@ -138,17 +143,20 @@ class Trainer:
     def _setup(self, config, teacher=None):
         t, p = config.train, config.policy
         env, device = self.env, self.device
-        observations, _ = env.reset(seed=t.seed)
+        observations, _ = env.reset(seed=self._env_seed(t.seed))
         self.rows = rows = int(env.num_agents)
         self.horizon = horizon = t.horizon
         self.batch_size = rows * horizon
-        self.total_updates = max(1, math.ceil(t.total_steps / self.batch_size))
+        # dist hook: total_steps and global_step count the samples of every rank.
+        self.world_size = 1 if self.dist is None else self.dist.world_size
+        self.global_batch_size = self.batch_size * self.world_size
+        self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
         self.policy = Policy(env.single_observation_space, env.single_action_space, p).to(device)
         fused = device.type == "cpu"
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=t.learning_rate,
                                           eps=t.adam_eps, fused=fused)
         self.generator = torch.Generator(device=device)
-        self.generator.manual_seed(t.seed)
+        self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
 
         # Zero-copy views of the env's buffers (rebound if a step returns others).
         self._bind_observations(observations)
@@ -220,6 +228,10 @@ class Trainer:
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
+
+    def _env_seed(self, seed: int) -> int:
+        """dist hook: the seed this process's env batch gets where one process gives `seed`."""
+        return seed if self.dist is None else self.dist.env_seed(seed)
 
     def _live_rows(self):
         """Boolean live-row mask (agent masks) for the normaliser, or None for all rows."""
@@ -375,6 +387,11 @@ class Trainer:
         sums = torch.zeros(6, device=self.device)
         count = 0
         for epoch_batches in batches:
+            if self.dist is not None and t.norm_adv:
+                # dist hook: global minibatch statistics, one all-reduce per epoch.
+                epoch_batches = list(epoch_batches)
+                self.dist.advantage_statistics([b for b, _ in epoch_batches],
+                                               unbiased=not policy.use_lstm)
             stats = None
             for batch, last in epoch_batches:
                 stats = self._gradient_step(batch, teacher_weight, record=last)
@@ -382,8 +399,10 @@ class Trainer:
                 continue
             sums += stats
             count += 1
-            if t.target_kl > 0 and stats[3].item() > t.target_kl:
-                break
+            if t.target_kl > 0:
+                kl = stats[3].item() if self.dist is None else self.dist.mean(stats[3].item())
+                if kl > t.target_kl:
+                    break
         means = (sums / max(count, 1)).tolist()
         names = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction")
         losses = dict(zip(names, means))
@@ -515,7 +534,10 @@ class Trainer:
         else:
             mean = torch.mean
         if t.norm_adv:
-            if live is not None:
+            if "advantage_stats" in batch:      # dist hook: every rank's share of the minibatch
+                average, std = batch["advantage_stats"]
+                advantages = (advantages - average) / (std + 1e-8)
+            elif live is not None:
                 centred = advantages - mean(advantages)
                 std = mean(centred.square()).sqrt()
                 advantages = centred / (std + 1e-8)
@@ -540,6 +562,8 @@ class Trainer:
             loss = loss + teacher_weight * teacher_loss
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        if self.dist is not None:
+            self.dist.average_gradients(self.policy.parameters())   # dist hook
         if t.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
         self.optimizer.step()
@@ -567,7 +591,7 @@ class Trainer:
         """One rollout + learning phase; returns the metrics record for it."""
         t = self.config.train
         if self.exact_resume:
-            environment.reseed_streams(self.env, t.seed, self.updates)
+            environment.reseed_streams(self.env, t.seed, self.updates, self._env_seed)
         start, cpu_start = time.perf_counter(), time.process_time()
         split = self.rollout()
         learn_start = time.perf_counter()
@@ -578,8 +602,10 @@ class Trainer:
         self.elapsed += end - start
         self.cpu_seconds += time.process_time() - cpu_start
         self.updates += 1
-        self.global_step += self.batch_size
+        self.global_step += self.global_batch_size
         stats = self.env.episode_stats(clear=True)
+        if self.dist is not None:   # dist hook: every rank's episodes and losses
+            stats, losses = self.dist.reduce_update(stats, losses, self.stat_names)
         self.episodes += stats.count
         if stats.count:
             self.recent_episodes.append((stats.count, stats.mean["episode_return"]))
@@ -587,7 +613,8 @@ class Trainer:
             "global_step": self.global_step, "updates": self.updates,
             "total_updates": self.total_updates,
             "sps": self.global_step / self.elapsed if self.elapsed > 0 else 0.0,
-            "update_sps": self.batch_size / (end - start),
+            "update_sps": self.global_batch_size / (end - start),
+            "world_size": self.world_size,
             "elapsed": self.elapsed, "cpu_seconds": self.cpu_seconds, "episodes": self.episodes,
             "episodes_this_update": stats.count,
             "episode_return": stats.mean.get("episode_return"),
@@ -668,8 +695,9 @@ class Trainer:
             environment.restore(self.env, state["env_state"])
         else:
             # Fresh episodes from a seed derived from the update count.
-            self.env.reset(seed=environment.stream_seed(self.config.train.seed, self.updates)
-                           & 0x7FFFFFFFFFFFFFFF)
+            self.env.reset(seed=self._env_seed(
+                environment.stream_seed(self.config.train.seed, self.updates)
+                & 0x7FFFFFFFFFFFFFFF))
             self.next_starts.fill_(True)
             if self.lstm_state is not None:
                 self.lstm_state = self.policy.initial_state(self.rows, self.device)

@@ -13,6 +13,11 @@ Checkpoints are taken only at update boundaries, every
 `train.checkpoint_interval` updates, at the end and on Ctrl-C: the first
 Ctrl-C lets the current update finish (a fraction of a second) and saves, so
 `--resume` continues exactly; a second Ctrl-C stops at once.
+
+Several ranks (torchrun, `peregrine train --nproc N`; see distributed.py): every
+rank trains, rank 0 alone writes the run directory (its name is broadcast to the
+others); Ctrl-C on the launcher reaches every rank, the ranks agree on the
+update to stop after, and rank 0 saves once with every rank's state.
 """
 from __future__ import annotations
 
@@ -22,7 +27,7 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
-from . import checkpoint
+from . import checkpoint, distributed
 from .config import Config, load_config, read_toml
 from .metrics import RunLogger
 from .ppo import Trainer
@@ -72,39 +77,71 @@ def train(config: Config, run_dir=None, resume: bool = False, progress=None,
     `on_start(run_dir)` once the run directory and its config exist.
     With `resume=True`, `run_dir` must hold a checkpoint to continue from.
     """
+    dist = distributed.DataParallel(config) if distributed.launched() else None
+    try:
+        return _train(config, run_dir, resume, progress, stop, on_start, dist)
+    except BaseException as error:
+        if dist is not None and not isinstance(error, KeyboardInterrupt):
+            dist.report_failure(error)
+        raise
+    finally:
+        if dist is not None:
+            dist.close()
+
+
+def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
     t = config.train
+    main = dist is None or dist.is_main
+    if dist is not None:    # rank 0 names the run directory
+        run_dir = dist.broadcast(None if run_dir is None else str(run_dir))
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
     if resume:
-        state = checkpoint.load(checkpoint_path(run_dir))
-    else:
+        state = distributed.local_state(checkpoint.load(checkpoint_path(run_dir)),
+                                        *((dist.rank, dist.world_size) if dist else ()))
+    elif main:
         run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(config.to_toml())
+    if main:
+        (run_dir / "config.toml").write_text(config.to_toml())
     stop = stop or StopFlag()
-    trainer = Trainer(config)
+    stopped = stop
+    if dist is not None:    # every rank stops after the same update
+        dist.stop_source = stop
+        stopped = lambda: dist.stopping  # noqa: E731
+    trainer = Trainer(config, dist=dist)
     logger = None
     status = "crashed"
     previous_handler = _install_sigint(stop)
+
+    def save():
+        state = trainer.state_dict()
+        if dist is not None:
+            state = dist.gather_state(state)
+        if main:
+            checkpoint.save(checkpoint_path(run_dir), state)
+
     try:
         if resume:
             trainer.load_state_dict(state)
-        logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard)
-        if on_start is not None:
-            on_start(run_dir)
+        if main:
+            logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard)
+            if on_start is not None:
+                on_start(run_dir)
         solved_at = None
-        while not trainer.done and not stop():
+        while not trainer.done and not stopped():
             record = trainer.update()
-            logger.update(record)
-            if progress is not None and (trainer.updates % max(t.progress_interval, 1) == 0
-                                         or trainer.done):
+            if logger is not None:
+                logger.update(record)
+            if progress is not None and main and (
+                    trainer.updates % max(t.progress_interval, 1) == 0 or trainer.done):
                 progress(record)
             if t.checkpoint_interval and trainer.updates % t.checkpoint_interval == 0:
-                checkpoint.save(checkpoint_path(run_dir), trainer.state_dict())
+                save()
             recent = record["recent_return"]
             if t.stop_return > 0 and recent is not None and recent >= t.stop_return:
                 solved_at = record
                 break
-        checkpoint.save(checkpoint_path(run_dir), trainer.state_dict())
-        status = "interrupted" if stop() else "finished"
+        save()
+        status = "interrupted" if stopped() else "finished"
         return {
             "run_dir": str(run_dir), "status": status, "global_step": trainer.global_step,
             "updates": trainer.updates, "elapsed": trainer.elapsed,
@@ -121,6 +158,8 @@ def train(config: Config, run_dir=None, resume: bool = False, progress=None,
         if logger is not None:
             logger.close(status)
             _plot_learning_curve(run_dir)
+        if dist is not None:
+            dist.stop_source = None
         trainer.close()
 
 

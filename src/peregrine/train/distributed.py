@@ -1,0 +1,280 @@
+"""Data-parallel PPO on torch.distributed: one process per rank, started by torchrun.
+
+    torchrun --nproc-per-node 2 -m peregrine train cartpole    # one machine
+    peregrine train cartpole --nproc 2                         # the same, through torch.distributed.run
+    torchrun --nnodes 2 --nproc-per-node 8 --rdzv-backend c10d \\
+             --rdzv-endpoint HOST:PORT --rdzv-id RUN -m peregrine train drone_swarm
+
+What a rank is. Every rank runs the whole Trainer on its own env batch; the
+sizes in the config are per rank (`vec.num_envs`, `train.horizon`,
+`train.minibatch_size`), so the global batch of one update is
+world_size x rows x horizon and one gradient step uses world_size x
+minibatch_size samples. `train.total_steps`, the step counter and SPS count the
+samples of every rank. Ranks start from the same parameters (same seed) and
+apply the same averaged gradient with the same learning rate, so parameters and
+optimizer state stay identical without being sent around.
+
+Seeding. A rank's env batch is the slice of a larger one: with W = vec.num_workers
+blocks per rank (1 for the native backend), rank r owns the vector units
+r*W .. r*W+W-1, and every seed the trainer gives its env goes through
+`unit_seed(seed, r*W)`. Because `unit_seed` is additive, rank r's block b is seeded
+exactly like block r*W+b of one `vec.backend = "serial"` batch of world_size x
+num_envs envs in world_size x W blocks: ranks never share episodes, and two ranks
+of n envs see the same episodes as one process of 2n envs split in two blocks.
+Action sampling and minibatch order use a generator seeded with
+`unit_seed(train.seed, rank)` (rank 0 keeps `train.seed`, so one rank is the plain run).
+
+Gradients: one explicit all-reduce of one flat buffer per minibatch, not DDP.
+The trainer calls policy methods other than `forward` (heads, value,
+log-prob/entropy), which DDP's forward hooks do not see, and PPO's policies
+(10^4 - 10^6 parameters) fit one DDP bucket anyway, so DDP's overlap of
+communication with the backward pass would buy nothing. After `backward` the
+gradients are concatenated (one `torch.cat`), summed across ranks in one call,
+divided by the world size, and each parameter's `.grad` becomes a view of that
+buffer (no copy back). Gradient-norm clipping and Adam then see the global
+gradient on every rank.
+
+Other collectives, all on small buffers: once per epoch, the advantage sums
+(count, sum, sum of squares per minibatch, float64) so that every rank normalises
+its share of global minibatch k with the statistics of the whole global minibatch;
+once per update, the episode statistics, the loss statistics and the stop flag
+(Ctrl-C on any rank stops every rank after the same update); with
+`train.target_kl`, the approximate KL once per epoch. Checkpoints gather every
+rank's env state and random state to rank 0, which alone writes files.
+
+Where two ranks of n envs differ from one process of 2n envs (the test checks
+equality everywhere else):
+* Action sampling: each rank draws its own random numbers. Drawing the one-process
+  numbers would need every rank to draw those of the whole global batch.
+* Minibatches: a global minibatch takes exactly minibatch_size samples from every
+  rank (a stratified draw); one process draws a permutation of the whole batch.
+  The two coincide when an epoch is one minibatch.
+* Agent masks (dead rows): each rank's loss is a mean over its own live samples and
+  the ranks' gradients are averaged with equal weights, which is the global mean
+  only when the ranks have equal live counts.
+* Observation normalisation and reward scaling are refused with several ranks:
+  their running statistics are updated every step, and keeping them equal across
+  ranks would cost a collective per step.
+
+Failure. The process group has `train.dist_timeout` seconds on every
+collective; a rank that raises prints its rank and error and exits, and torchrun
+(`--max-restarts 0`) then stops the other ranks (it polls every 0.1 s). Only rank 0
+writes, atomically (checkpoint.save), so the last good checkpoint survives any crash.
+"""
+from __future__ import annotations
+
+import os
+import sys
+from datetime import timedelta
+
+import torch
+import torch.distributed as torch_dist
+
+from ..envs.native_env import EpisodeStats
+
+# Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.
+RANK_KEYS = ("torch_rng", "generator", "next_starts", "env_state", "lstm_state",
+             "obs_normalizer", "reward_scaler")
+
+_SEED_STRIDE = 0x9E3779B97F4A7C15
+
+
+def launched() -> bool:
+    """True in a worker that torchrun started as one of several ranks."""
+    try:
+        return int(os.environ.get("WORLD_SIZE", "1")) > 1
+    except ValueError:
+        return False
+
+
+def unit_seed(seed: int, unit: int) -> int:
+    """peregrine.vector's seed of unit `unit` (kept importable without that module)."""
+    try:
+        from ..vector.common import unit_seed as vector_unit_seed
+    except ImportError:  # pragma: no cover - vector is part of the package
+        return (int(seed) + unit * _SEED_STRIDE) % (1 << 63)
+    return vector_unit_seed(seed, unit)
+
+
+def resolve_backend(name: str, device: torch.device) -> str:
+    if name == "auto":
+        return "nccl" if device.type == "cuda" and torch_dist.is_nccl_available() else "gloo"
+    if name == "nccl" and device.type != "cuda":
+        raise ValueError("train.dist_backend = 'nccl' needs train.device = 'cuda' (or 'auto' "
+                         "with a GPU); use 'gloo' or 'auto' on CPU")
+    return name
+
+
+def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
+    """The checkpoint `state` as rank `rank` of `world_size` must load it.
+
+    A checkpoint records the world size it was written with; resuming with
+    another one is refused (each rank's env batch and streams belong to its
+    rank, and the global batch would change).
+    """
+    saved = int(state.get("world_size", 1))
+    if saved != world_size:
+        how = "a single process" if saved == 1 else (
+            f"--nproc {saved} (or torchrun with {saved} ranks in all)")
+        raise ValueError(f"the checkpoint was written by a run of {saved} rank(s) but this run "
+                         f"has {world_size}; resume it with {how}: its env batches and random "
+                         f"streams belong to those ranks")
+    if saved == 1:
+        return state
+    return {**state, **state["ranks"][rank]}
+
+
+def check_config(config) -> None:
+    """ValueError for settings that several ranks do not support."""
+    t = config.train
+    if t.normalize_obs or t.normalize_reward:
+        raise ValueError("train.normalize_obs and train.normalize_reward are not supported "
+                         "with several ranks yet (their statistics would differ between "
+                         "ranks); set them to false or train in one process")
+
+
+class DataParallel:
+    """This process's place in a data-parallel run, and the collectives the trainer uses.
+
+    Created from the torchrun environment (RANK, WORLD_SIZE, LOCAL_RANK,
+    MASTER_ADDR/PORT); initialises the default process group.
+    """
+
+    def __init__(self, config):
+        t, vec = config.train, config.vec
+        check_config(config)
+        self.rank = int(os.environ["RANK"])
+        self.world_size = int(os.environ["WORLD_SIZE"])
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        from .ppo import resolve_device
+        device = resolve_device(t.device)
+        if device.type == "cuda":
+            device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+        self.device = device
+        self.backend = resolve_backend(t.dist_backend, device)
+        # Collective buffers live where the backend wants them.
+        self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
+        torch_dist.init_process_group(self.backend, timeout=timedelta(seconds=t.dist_timeout))
+        self.units_per_rank = 1 if vec.backend == "native" else vec.num_workers
+        self.stop_source = None      # callable -> bool: this rank's stop request
+        self.stopping = False        # every rank's agreed stop (after reduce_update)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # ---- seeds ----------------------------------------------------------------
+    def env_seed(self, seed: int) -> int:
+        """The seed this rank gives its env batch where one process would give `seed`."""
+        return unit_seed(seed, self.rank * self.units_per_rank)
+
+    def sampling_seed(self, seed: int) -> int:
+        return unit_seed(seed, self.rank)
+
+    # ---- collectives ------------------------------------------------------------
+    def _sum(self, values: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over ranks of a small tensor (returned on its own device)."""
+        buffer = values.to(self.comm_device)
+        torch_dist.all_reduce(buffer)
+        return buffer.to(values.device)
+
+    def average_gradients(self, parameters) -> None:
+        """One all-reduce of every gradient in one flat buffer; `.grad`s become its views."""
+        parameters = [p for p in parameters if p.requires_grad]
+        flat = torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None
+                          else p.grad.reshape(-1) for p in parameters])
+        torch_dist.all_reduce(flat)
+        flat.div_(self.world_size)
+        for parameter, grad in zip(parameters, flat.split([p.numel() for p in parameters])):
+            parameter.grad = grad.view_as(parameter)
+
+    def advantage_statistics(self, batches, unbiased: bool) -> None:
+        """Adds "advantage_stats" = (mean, std) to each minibatch of an epoch: the
+        statistics of global minibatch k (every rank's minibatch k), as one process
+        would compute over it (std with Bessel's correction when `unbiased`, else the
+        population std over live samples)."""
+        if not batches:
+            return
+        rows = []
+        for batch in batches:
+            advantages = batch["advantages"].double()
+            live = batch.get("live")
+            weight = torch.ones_like(advantages) if live is None else live.double()
+            rows.append(torch.stack([weight.sum(), (advantages * weight).sum(),
+                                     (advantages.square() * weight).sum()]))
+        count, total, squares = self._sum(torch.stack(rows)).unbind(1)
+        mean = total / count.clamp(min=1.0)
+        spread = (squares - count * mean.square()).clamp(min=0.0)
+        divisor = (count - 1.0).clamp(min=1.0) if unbiased else count.clamp(min=1.0)
+        std = (spread / divisor).sqrt()
+        for k, batch in enumerate(batches):
+            dtype = batch["advantages"].dtype
+            batch["advantage_stats"] = (mean[k].to(dtype), std[k].to(dtype))
+
+    def mean(self, value: float) -> float:
+        """The mean over ranks of one number (target_kl's early stop)."""
+        return float(self._sum(torch.tensor([float(value)], dtype=torch.float64))[0]) / \
+            self.world_size
+
+    def reduce_update(self, stats: EpisodeStats, losses: dict, stat_names) -> tuple:
+        """(episode statistics of every rank's finished episodes, losses averaged over
+        ranks); sets `stopping` if any rank asked to stop. One all-reduce."""
+        from ..vector.common import stats_to_sums
+        count, sums, squares = stats_to_sums(stats)
+        names = list(stat_names)
+        loss_names = sorted(losses)
+        stop = bool(self.stop_source()) if self.stop_source is not None else False
+        values = [float(stop), float(count)]
+        values += [sums.get(n, 0.0) for n in names] + [squares.get(n, 0.0) for n in names]
+        values += [float(losses[n]) for n in loss_names]
+        reduced = self._sum(torch.tensor(values, dtype=torch.float64)).tolist()
+        self.stopping = reduced[0] > 0
+        k = len(names)
+        merged = EpisodeStats.from_sums(names, int(round(reduced[1])), reduced[2:2 + k],
+                                        reduced[2 + k:2 + 2 * k])
+        averaged = {n: v / self.world_size for n, v in zip(loss_names, reduced[2 + 2 * k:])}
+        return merged, averaged
+
+    def broadcast(self, value):
+        """Rank 0's `value` (any picklable object) on every rank."""
+        holder = [value]
+        torch_dist.broadcast_object_list(holder, src=0)
+        return holder[0]
+
+    def gather_state(self, state: dict) -> dict | None:
+        """On rank 0: `state` with every rank's per-rank entries under "ranks" and the
+        world size; None elsewhere. Every rank must call it at the same update."""
+        mine = {key: state[key] for key in RANK_KEYS if key in state}
+        gathered = [None] * self.world_size if self.is_main else None
+        torch_dist.gather_object(mine, gathered, dst=0)
+        if not self.is_main:
+            return None
+        return {**state, "world_size": self.world_size, "ranks": gathered}
+
+    def report_failure(self, error: BaseException) -> None:
+        print(f"peregrine train: rank {self.rank} of {self.world_size} failed: "
+              f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if torch_dist.is_initialized():
+            torch_dist.destroy_process_group()
+
+
+def launch(nproc: int, argv) -> int:
+    """`peregrine train ... --nproc N`: the same command in N ranks on this machine,
+    started by torch.distributed.run (a standalone c10d rendezvous on a free port)."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.run import get_args_parser, run
+    args = get_args_parser().parse_args(
+        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0",
+         "-m", "peregrine", "train", *argv])
+    try:
+        run(args)
+    except ChildFailedError as error:
+        print(f"peregrine train: {error}", file=sys.stderr, flush=True)
+        return 1
+    except SignalException:
+        return 130
+    return 0
