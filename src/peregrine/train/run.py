@@ -79,7 +79,11 @@ def train(config: Config, run_dir=None, resume: bool = False, progress=None,
     """
     dist = distributed.DataParallel(config) if distributed.launched() else None
     try:
-        return _train(config, run_dir, resume, progress, stop, on_start, dist)
+        if dist is None:
+            return _train(config, run_dir, resume, progress, stop, on_start, dist)
+        # torchrun's error file: the launcher's failure summary shows the traceback.
+        from torch.distributed.elastic.multiprocessing.errors import record
+        return record(_train)(config, run_dir, resume, progress, stop, on_start, dist)
     except BaseException as error:
         if dist is not None and not isinstance(error, KeyboardInterrupt):
             dist.report_failure(error)

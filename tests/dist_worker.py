@@ -1,0 +1,54 @@
+"""`peregrine` with row-keyed action sampling, for the distributed exactness test.
+
+Data-parallel ranks draw their actions from their own generators (see
+peregrine/train/distributed.py), so a 2-rank run and a 1-process run sample
+different actions by design. This entry point replaces the categorical draw's
+uniform numbers with a hash of (global row, draw number): the same for a row
+whether it lives in rank r of W or in one process holding every row, so the
+test can check everything else (env slices, advantages, gradient averaging,
+optimizer, schedule) for equality.
+
+    python tests/dist_worker.py train cartpole ...          # one process
+    torchrun --nproc-per-node 2 tests/dist_worker.py train cartpole ...
+"""
+import os
+import sys
+
+import numpy as np
+import torch
+
+from peregrine.cli import main
+from peregrine.train.policy import Policy
+
+_draws = [0]
+
+
+def _row_keyed_uniform(rows: int) -> torch.Tensor:
+    rank = int(os.environ.get("RANK", "0"))
+    with np.errstate(over="ignore"):
+        x = np.arange(rank * rows, (rank + 1) * rows, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)
+        x += np.uint64(_draws[0] + 1) * np.uint64(0xBF58476D1CE4E5B9)
+        x ^= x >> np.uint64(31)
+        x *= np.uint64(0x94D049BB133111EB)
+        x ^= x >> np.uint64(29)
+    _draws[0] += 1
+    return torch.from_numpy((x >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24))
+
+
+def _sample_categorical(logits, generator):
+    log_probs = torch.log_softmax(logits, dim=-1)
+    cdf = log_probs.exp().cumsum(-1)
+    uniform = _row_keyed_uniform(logits.shape[0]).unsqueeze(1)
+    actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
+    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+
+
+def install() -> None:
+    """Row-keyed draws from now on in this process, counted from the first."""
+    _draws[0] = 0
+    Policy._sample_categorical = staticmethod(_sample_categorical)
+
+
+if __name__ == "__main__":
+    install()
+    sys.exit(main())

@@ -1,0 +1,187 @@
+"""Data-parallel training on torch.distributed: real ranks (gloo, CPU), launched by torchrun
+or `peregrine train --nproc`, kept tiny (startup dominates: each launch imports torch in
+three processes)."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+import dist_worker
+from peregrine.cli import main as cli_main
+from peregrine.train import checkpoint, load_config
+from peregrine.train.policy import Policy
+from peregrine.train.ppo import Trainer
+
+WORKER = str(Path(dist_worker.__file__).resolve())
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+QUIET = ["--detach", "--train.tensorboard", "false"]
+WAIT = 240     # seconds: a guard against a hung job, not a speed requirement
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def records(run_dir):
+    path = Path(run_dir) / "metrics.jsonl"
+    return [json.loads(line) for line in path.open()] if path.exists() else []
+
+
+def wait_for_records(run_dir, count, process):
+    deadline = time.monotonic() + WAIT
+    while len([r for r in records(run_dir) if "updates" in r]) < count:
+        assert process.poll() is None, process.communicate()
+        assert time.monotonic() < deadline, "the run never got going"
+        time.sleep(0.05)
+
+
+def finish(process):
+    out, err = process.communicate(timeout=WAIT)
+    return process.returncode, out, err
+
+
+def parameters(state):
+    return {name: tensor.clone() for name, tensor in state.items()}
+
+
+def test_two_nodes_on_loopback_train_cartpole_as_one_run(tmp_path):
+    """Two torchrun "nodes" (one rank each) meet through a c10d rendezvous on
+    127.0.0.1 and train CartPole together: one run directory, records that count
+    both ranks' steps, and it learns (16 envs x 2 ranks and a global minibatch of 512
+    is the shipped 1-process batch) to the stop return within the step budget the
+    one-process test gets; both ranks stop at the same update."""
+    run_dir = tmp_path / "run"
+    launcher = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
+                "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "loopback",
+                "--max-restarts", "0"]
+    train = ["-m", "peregrine", "train", "cartpole", *QUIET, "--run-dir", str(run_dir),
+             "--seed", "3", "--total-steps", "40000", "--vec.num-envs", "16",
+             "--train.minibatch-size", "256", "--train.stop-return", "150"]
+    nodes = [subprocess.Popen([*launcher, "--node-rank", str(node), *train], cwd=tmp_path,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for node in (0, 1)]
+    results = [finish(node) for node in nodes]
+    for code, out, err in results:
+        assert code == 0, err
+    assert sum("finished:" in out for _, out, _ in results) == 1   # rank 0 alone reports
+    lines = records(run_dir)
+    assert lines[-1] == {"status": "finished"}
+    updates = lines[:-1]
+    assert [r["updates"] for r in updates] == list(range(1, len(updates) + 1))
+    assert all(r["world_size"] == 2 for r in updates)
+    assert updates[-1]["global_step"] == len(updates) * 2 * 16 * 32   # both ranks' samples
+    assert updates[-1]["recent_return"] >= 150, updates[-1]["recent_return"]
+    assert list(tmp_path.glob("**/metrics.jsonl")) == [run_dir / "metrics.jsonl"]
+
+
+def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, monkeypatch):
+    """Ctrl-C on torchrun stops both ranks after the same update and rank 0 saves once;
+    the parameters then equal those of one process with both ranks' envs (serial
+    backend, two blocks: the same slices) and the global minibatch, to float
+    tolerance, and so do they after `--resume` with 2 ranks. Resuming that checkpoint
+    in one process is refused. Action draws are row-keyed in both (dist_worker.py):
+    per-rank sampling streams are the documented difference."""
+    algorithm = ["--train.seed", "4", "--train.horizon", "16", "--train.update-epochs", "2",
+                 "--train.anneal-lr", "false", "--train.checkpoint-interval", "0",
+                 "--train.tensorboard", "false"]
+    shared = ["--detach", *algorithm]
+    run_dir = tmp_path / "run"
+    torchrun = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", WORKER, "train"]
+    job = subprocess.Popen([*torchrun, "cartpole", *shared, "--run-dir", str(run_dir),
+                            "--total-steps", "1e9", "--vec.num-envs", "4",
+                            "--train.minibatch-size", "64"], cwd=tmp_path,
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_records(run_dir, 1, job)
+    job.send_signal(signal.SIGINT)
+    _, _, err = finish(job)
+    lines = records(run_dir)
+    assert lines[-1] == {"status": "interrupted"}, err
+    assert sum("status" in line for line in lines) == 1
+    stopped = checkpoint.load(run_dir)
+    stopped_at = stopped["updates"]
+    assert stopped_at == lines[-2]["updates"] and stopped["world_size"] == 2
+    assert len(stopped["ranks"]) == 2
+    at_stop = parameters(stopped["policy"])
+
+    total = (stopped_at + 2) * 2 * 4 * 16
+    code, _, err = finish(subprocess.Popen(
+        [*torchrun, "--resume", str(run_dir), "--total-steps", str(total), *QUIET],
+        cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    assert code == 0, err
+    resumed = checkpoint.load(run_dir)
+    assert resumed["updates"] == stopped_at + 2 and resumed["global_step"] == total
+
+    # One process: 8 envs in the same two blocks, the global minibatch.
+    monkeypatch.setattr(Policy, "_sample_categorical",
+                        staticmethod(dist_worker._sample_categorical))
+    dist_worker._draws[0] = 0
+    config = load_config("cartpole", overrides=[
+        *algorithm, "--train.total-steps", str(total), "--vec.backend", "serial",
+        "--vec.num-workers", "2", "--vec.num-envs", "8", "--train.minibatch-size", "128"])
+    reference = Trainer(config)
+    try:
+        for _ in range(stopped_at):
+            reference.update()
+        for name, tensor in reference.policy.state_dict().items():
+            torch.testing.assert_close(at_stop[name], tensor, rtol=1e-4, atol=1e-6)
+        dist_worker._draws[0] = 0     # the resumed workers count their draws afresh
+        while not reference.done:
+            reference.update()
+        for name, tensor in reference.policy.state_dict().items():
+            torch.testing.assert_close(resumed["policy"][name], tensor, rtol=1e-4, atol=1e-6)
+        assert not torch.equal(resumed["policy"]["actor_head.weight"],
+                               at_stop["actor_head.weight"])   # it did train on
+    finally:
+        reference.close()
+    assert cli_main(["train", "--resume", str(run_dir), "--detach"]) == 2
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        found += [int(x) for x in (task / "children").read_text().split()]
+    return found
+
+
+def _rank_of(pid: int):
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for item in environ:
+        if item.startswith(b"RANK="):
+            return int(item[5:])
+    return None
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_killed_rank_ends_the_job_with_its_error(tmp_path):
+    """`peregrine train --nproc 2`; rank 1 is SIGKILLed mid-run: the job ends (no
+    hang in a collective) reporting rank 1's death, and the last checkpoint loads."""
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen(
+        [sys.executable, "-m", "peregrine", "train", "cartpole", "--nproc", "2", *QUIET,
+         "--run-dir", str(run_dir), "--total-steps", "1e9", "--vec.num-envs", "8",
+         "--train.checkpoint-interval", "1"], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    wait_for_records(run_dir, 2, job)
+    victims = [pid for pid in _children(job.pid) if _rank_of(pid) == 1]
+    assert len(victims) == 1
+    os.kill(victims[0], signal.SIGKILL)
+    code, _, err = finish(job)
+    assert code != 0
+    assert "rank      : 1" in err and "SIGKILL" in err, err
+    state = checkpoint.load(run_dir)
+    last = [r for r in records(run_dir) if "updates" in r][-1]
+    assert 1 <= state["updates"] <= last["updates"]
