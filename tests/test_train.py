@@ -250,11 +250,11 @@ def test_replayed_log_probs_equal_rollout_log_probs(lstm):
         ("policy.bptt_horizon", 8), ("env.max_steps", 10)])
     trainer = Trainer(config)
     trainer.rollout()
-    assert trainer.dones_buf.any()
-    batches = trainer._segment_batches() if lstm else trainer._flat_batches()
+    assert trainer.storage.dones.any()
+    batches = trainer.minibatches()
     with torch.no_grad():
         for batch, _last in next(iter(batches)):
-            logprobs, _entropy, values, _live, _teacher = trainer._evaluate(batch)
+            logprobs, _entropy, values, _live, _teacher = trainer.evaluate(batch)
             torch.testing.assert_close(logprobs, batch["logprobs"], rtol=1e-4, atol=1e-5)
             torch.testing.assert_close(values, batch["values"], rtol=1e-4, atol=1e-5)
     trainer.close()

@@ -115,9 +115,9 @@ def test_rollout_advantages_match_reference(terminal, both_flags):
     rewards = np.ones((T, N))
     expected = reference_gae(rewards, values, terminals, truncations, final_values, last_value,
                              gamma, lam)
-    np.testing.assert_allclose(trainer.obs_buf[:, :, 0].numpy(), counts)
-    np.testing.assert_allclose(trainer.advantages_buf.numpy(), expected, rtol=1e-5, atol=1e-5)
-    np.testing.assert_allclose(trainer.returns_buf.numpy(), expected + values, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(trainer.storage.obs[:, :, 0].numpy(), counts)
+    np.testing.assert_allclose(trainer.storage.advantages.numpy(), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(trainer.storage.returns.numpy(), expected + values, rtol=1e-5, atol=1e-5)
     trainer.close()
 
 
@@ -138,8 +138,8 @@ def test_true_value_gives_zero_advantage_under_truncation():
     trainer.policy.heads = patched_heads
     trainer.policy.value = lambda obs, *args: torch.full((obs.shape[0],), true_value)
     trainer.rollout()
-    assert trainer.dones_buf.any()
-    np.testing.assert_allclose(trainer.advantages_buf.numpy(), 0.0, atol=1e-5)
+    assert trainer.storage.dones.any()
+    np.testing.assert_allclose(trainer.storage.advantages.numpy(), 0.0, atol=1e-5)
     trainer.close()
 
 

@@ -66,11 +66,13 @@ def test_resume_continues_exactly(tmp_path, lstm, normalize):
         assert torch.equal(a, b)
     if normalize:
         for name in ("obs_norm", "reward_scaler"):
-            mine, theirs = getattr(resumed, name).stats, getattr(uninterrupted, name).stats
+            mine = getattr(resumed.pipeline, name).stats
+            theirs = getattr(uninterrupted.pipeline, name).stats
             # 5 updates x 128 steps, plus the 8 rows' reset observations for the observations
             assert mine.count == theirs.count == 128 * 5 + (8 if name == "obs_norm" else 0)
             assert np.array_equal(mine.mean, theirs.mean) and np.array_equal(mine.var, theirs.var)
-        assert np.array_equal(resumed.reward_scaler.returns, uninterrupted.reward_scaler.returns)
+        assert np.array_equal(resumed.pipeline.reward_scaler.returns,
+                              uninterrupted.pipeline.reward_scaler.returns)
     uninterrupted.close()
     resumed.close()
 

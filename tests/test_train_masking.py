@@ -134,7 +134,7 @@ def test_rollouts_never_contain_invalid_actions(normalize_obs, lstm):
         trainer = Trainer(load_config("cartpole", overrides=overrides), env=env)
     else:
         trainer = make_trainer(env, normalize_obs=normalize_obs)
-    assert trainer.mask_slice == MaskEnv.action_mask_slice
+    assert trainer.pipeline.mask_slice == MaskEnv.action_mask_slice
     for _ in range(3):
         record = trainer.update()
         assert np.isfinite(record["losses"]["policy_loss"])
@@ -145,7 +145,7 @@ def test_rollouts_never_contain_invalid_actions(normalize_obs, lstm):
 def test_mask_off_lets_invalid_actions_through():
     env = MaskEnv()
     trainer = make_trainer(env, mask="false")
-    assert trainer.mask_slice is None
+    assert trainer.pipeline.mask_slice is None
     trainer.update()
     assert env.invalid_taken > 0
     trainer.close()
@@ -188,7 +188,7 @@ def test_load_actor_plays_only_valid_prospector_actions(tmp_path, normalize_obs)
         ("vec.num_envs", 8), ("train.horizon", 16), ("train.minibatch_size", 64),
         ("train.update_epochs", 1), ("train.normalize_obs", normalize_obs)])
     trainer = Trainer(config)
-    assert trainer.mask_slice == slice(191, 260)
+    assert trainer.pipeline.mask_slice == slice(191, 260)
     trainer.update()
     path = tmp_path / "p.pt"
     checkpoint.save(path, trainer.state_dict())

@@ -80,8 +80,8 @@ def test_rollout_normalises_into_storage_and_bootstraps_from_normalised_final_ob
 
     def recording_value(obs, *args):
         if obs.shape[0] < env.num_envs:       # a bootstrap: only the truncated rows
-            final_inputs.append((obs.clone(), trainer.obs_norm.shift.clone(),
-                                 trainer.obs_norm.scale.clone()))
+            final_inputs.append((obs.clone(), trainer.pipeline.obs_norm.shift.clone(),
+                                 trainer.pipeline.obs_norm.scale.clone()))
         return value(obs, *args)
 
     trainer.policy.value = recording_value
@@ -98,7 +98,7 @@ def test_rollout_normalises_into_storage_and_bootstraps_from_normalised_final_ob
     env.step = recording_step
     trainer.rollout()
     assert env.observations.max() < env.limit and env.observations.min() >= 0   # raw, untouched
-    np.testing.assert_allclose(trainer.obs_buf[:, :, 0].numpy(), np.array(stored_expected),
+    np.testing.assert_allclose(trainer.storage.obs[:, :, 0].numpy(), np.array(stored_expected),
                                rtol=1e-5, atol=1e-6)
     assert len(final_inputs) == trainer.horizon    # staggered rows: a cut on every step
     for obs, shift, scale in final_inputs:
@@ -119,7 +119,7 @@ def test_checkpoint_round_trip_and_load_actor_applies_the_statistics(tmp_path):
     payload = checkpoint.load(path)
     restored = ObservationNormalizer(3)
     restored.load_state_dict(payload["obs_normalizer"])
-    stats = trainer.obs_norm.stats
+    stats = trainer.pipeline.obs_norm.stats
     assert restored.stats.count == stats.count == 4 + 64
     assert np.array_equal(restored.stats.mean, stats.mean)
     assert np.array_equal(restored.stats.var, stats.var)
@@ -129,7 +129,8 @@ def test_checkpoint_round_trip_and_load_actor_applies_the_statistics(tmp_path):
     observations = np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32) * 3
     raw = observations.copy()
     with torch.no_grad():
-        params, _, _ = trainer.policy.heads(trainer.obs_norm.normalize(torch.from_numpy(raw)))
+        normalised = trainer.pipeline.obs_norm.normalize(torch.from_numpy(raw))
+        params, _, _ = trainer.policy.heads(normalised)
     expected = params.clamp(-2.0, 2.0).numpy()
     np.testing.assert_allclose(actor(observations), expected, rtol=1e-6)
     np.testing.assert_array_equal(observations, raw)

@@ -4,14 +4,10 @@
     result = evaluate("drone_swarm", "lawnmower", episodes=64, seed=0)
     result["mean"]["delivered"], result["std"]["delivered"]
 
-`policy` is one of:
-- a scripted policy name: "random" for any env (uniform over its action
-  space), plus the env's own baselines (`SCRIPTED`, e.g. drone_swarm's
-  "lawnmower" and "voronoi");
-- a checkpoint path (file or run directory), loaded with
-  `peregrine.train.checkpoint.load_actor(path, env)`;
-- a policy object: callable(observations) -> actions, optionally with
-  `reset(env)` and `observe_done(terminals, truncations)`.
+`policy` is anything `peregrine.policies.make_policy` resolves: a scripted
+policy name ("random", or one of the env's baselines such as drone_swarm's
+"lawnmower"), a checkpoint path, or a policy object (callable(observations) ->
+actions, optionally with `reset(env)` and `observe_done(terminals, truncations)`).
 
 How episodes are counted, so that the statistics are unbiased and their count
 is exactly `episodes`: every instance of a batch contributes only its first
@@ -30,96 +26,11 @@ from typing import Any
 
 import numpy as np
 
+from .policies import make_policy, reset_policy, scripted_policy_names  # noqa: F401 (scripted_policy_names re-exported)
 from .registry import list_envs, make
-
-#: env name -> module holding `POLICIES` (name -> class(seed=...)) of scripted policies
-SCRIPTED = {
-    "drone_swarm": "peregrine.envs.drone_swarm.baselines",
-    "prospector": "peregrine.envs.prospector.scripted",
-}
 
 ROUND_SEED_STRIDE = 1_000_003
 DEFAULT_MAX_EPISODE_STEPS = 100_000
-
-
-class RandomPolicy:
-    """Uniform samples of the env's action space (seeded); works for every env."""
-
-    name = "random"
-
-    def __init__(self, seed: int = 0):
-        self.seed = seed
-
-    def reset(self, env) -> None:
-        self.space = env.action_space
-        self.space.seed(self.seed)
-
-    def __call__(self, observations):
-        return self.space.sample()
-
-
-def scripted_policy_names(env_name: str) -> list[str]:
-    """Names accepted as `policy` for this env (besides checkpoint paths)."""
-    names = {"random"}
-    if env_name in SCRIPTED:
-        import importlib
-        names |= set(importlib.import_module(SCRIPTED[env_name]).POLICIES)
-    return sorted(names)
-
-
-def make_policy(env_name: str, policy, env, seed: int = 0):
-    """Resolves `policy` (name, checkpoint path or object) to an object bound to `env`."""
-    if not isinstance(policy, (str, os.PathLike)):
-        if not callable(policy):
-            raise ValueError(f"policy must be a scripted policy name, a checkpoint path or a "
-                             f"callable, got {type(policy).__name__}")
-        if hasattr(policy, "reset"):
-            _reset(policy, env)
-        return policy
-    text = os.fspath(policy)
-    names = scripted_policy_names(env_name)
-    if text in names:
-        if env_name in SCRIPTED:
-            import importlib
-            classes = importlib.import_module(SCRIPTED[env_name]).POLICIES
-            if text in classes:
-                scripted = classes[text](seed=seed)
-                scripted.reset(env)
-                return scripted
-        scripted = RandomPolicy(seed=seed)
-        scripted.reset(env)
-        return scripted
-    if not os.path.exists(text):
-        raise ValueError(f"unknown policy {text!r} for {env_name}: not a scripted policy "
-                         f"({', '.join(names)}) and no checkpoint file or run directory "
-                         f"exists at that path")
-    return load_checkpoint_policy(text, env)
-
-
-def load_checkpoint_policy(path: str, env):
-    """The deterministic actor of a checkpoint; ValueError with the reason if it cannot load."""
-    try:
-        from .train.checkpoint import load_actor
-    except ImportError as error:
-        raise ValueError(f"cannot load checkpoint {path!r}: the trainer "
-                         f"(peregrine.train.checkpoint.load_actor, needs torch) is not "
-                         f"available: {error}") from None
-    try:
-        actor = load_actor(path, env)
-    except ValueError:
-        raise
-    except Exception as error:  # noqa: BLE001 - any decoding failure is a bad file
-        raise ValueError(f"cannot load checkpoint {path!r}: {type(error).__name__}: {error}") from None
-    if hasattr(actor, "reset"):
-        actor.reset()
-    return actor
-
-
-def _reset(policy, env) -> None:
-    try:
-        policy.reset(env)
-    except TypeError:
-        policy.reset()
 
 
 def _check_positive(name: str, value) -> int:
@@ -159,7 +70,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
             elif hasattr(bound, "reset"):
                 if isinstance(getattr(bound, "seed", None), int):
                     bound.seed = int(seed) + round_index  # fresh random actions per round
-                _reset(bound, env)
+                reset_policy(bound, env)
             names = list(env.stat_names)
             got, got_sums, got_squares = _first_episodes(env_name, env, bound, round_seed)
         finally:

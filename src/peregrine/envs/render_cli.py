@@ -34,7 +34,7 @@ def run(args) -> int:
         raise ValueError(f"--steps must be positive, got {args.steps}")
     if not str(args.out).lower().endswith(".gif"):
         raise ValueError(f"--out must be a .gif path, got {args.out!r}")
-    from ..evaluate import make_policy
+    from ..policies import make_policy
     from ..registry import make
     renderer = importlib.import_module(RENDERERS[args.env])
     env = make(args.env, num_envs=1, seed=args.seed, preset=args.preset)

@@ -136,7 +136,8 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
             if evaluate_every and counter["updates"] % evaluate_every == 0:
                 tick = time.perf_counter()
                 actor = Actor(trainer.policy, trainer.env.single_action_space,
-                              obs_normalizer=trainer.obs_norm, mask_slice=trainer.mask_slice)
+                              obs_normalizer=trainer.pipeline.obs_norm,
+                              mask_slice=trainer.pipeline.mask_slice)
                 evaluate(env_name, actor, episodes=eval_episodes, seed=seed + counter["evaluations"],
                          **env_fields)
                 split["eval"] = time.perf_counter() - tick

@@ -6,7 +6,10 @@
 
 Modules: `config` (TOML sections env/vec/train/policy and overrides), `policy`
 (MLP/LSTM with categorical, multi-discrete and Gaussian heads), `ppo` (the
-Trainer: rollout storage, GAE, losses), `checkpoint` (atomic, verified files;
+Trainer: one update = rollout -> advantages -> learn), its parts `storage`
+(rollout tensors, minibatch views), `observations` (env buffers, normalisers,
+mask columns), `kickstart` (teacher), `advantages` (GAE), `loss` (PPO loss,
+`LossStats`), `checkpoint` (atomic, verified files;
 `load_actor` for evaluation), `run` (run directory, loop, Ctrl-C), `cli`.
 Importing this package does not import torch; the functions below do.
 """

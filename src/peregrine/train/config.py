@@ -71,7 +71,7 @@ class TrainConfig:
     obs_clip: float = 10.0           # |normalised observation| limit
     normalize_reward: bool = False   # reward / running std of the discounted return
     reward_clip: float = 10.0        # |scaled reward| limit
-    teacher: str = ""                # kickstarting: a scripted policy name (peregrine.evaluate)
+    teacher: str = ""                # kickstarting: a scripted policy name (peregrine.policies)
     #                                  or a checkpoint path whose actions the policy is also
     #                                  trained to reproduce; "" = none (plain PPO)
     teacher_coef: float = 1.0        # initial weight of the teacher term (-log pi(teacher action))

@@ -113,3 +113,25 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
         raise ValueError(f"{env_name}: action_mask_slice {found!r} must cover exactly "
                          f"{int(space.n)} observation columns within {obs_dim}")
     return found
+
+
+class ActionBuffer:
+    """The host array `env.step` receives, written through a zero-copy torch view.
+
+    Box actions are clipped to the space's bounds on the way in (the rollout
+    storage keeps the unclipped sample, whose log-prob the loss replays);
+    other spaces are copied as they are.
+    """
+
+    def __init__(self, action_space, rows: int, device):
+        from gymnasium import spaces
+        self.array = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
+        self.view = torch.from_numpy(self.array)
+        self.write = self.view.copy_
+        if isinstance(action_space, spaces.Box):
+            self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
+            self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
+            self.write = self._write_clipped
+
+    def _write_clipped(self, actions: torch.Tensor) -> None:
+        self.view.copy_(torch.maximum(torch.minimum(actions, self.high), self.low))

@@ -1,0 +1,43 @@
+"""Generalised advantage estimation over the rollout storage, all rows at once."""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+
+def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, out=None):
+    """Generalised advantage estimates for [T, rows] tensors, all rows at once.
+
+    `dones[t]` is True where the episode ended on step t (terminal or
+    truncated; truncated rows carry their bootstrap inside `rewards`), and
+    `last_value` is V of the observation after the last step.
+
+    On CPU the reverse loop runs in NumPy on zero-copy views of the tensors:
+    per time step it is one multiply-add over the rows either way, and NumPy's
+    per-call overhead is a fraction of torch's (benchmarks/bench_train.py,
+    `gae` part: 2-4x faster at horizon 16-32, equal at 128 x 4096). On other
+    devices the same loop runs in torch.
+    """
+    horizon = rewards.shape[0]
+    advantages = torch.empty_like(rewards) if out is None else out
+    if rewards.device.type == "cpu":
+        r, v, d = rewards.numpy(), values.numpy(), dones.numpy()
+        last, adv = last_value.numpy(), advantages.numpy()
+        not_done = 1.0 - d.astype(np.float32)
+        deltas = r - v
+        deltas[:-1] += np.float32(gamma) * v[1:] * not_done[:-1]
+        deltas[-1] += np.float32(gamma) * last * not_done[-1]
+        decay = np.float32(gamma * lam) * not_done
+        adv[horizon - 1] = deltas[horizon - 1]
+        for t in range(horizon - 2, -1, -1):
+            np.multiply(decay[t], adv[t + 1], out=adv[t])
+            adv[t] += deltas[t]
+        return advantages
+    not_done = 1.0 - dones.float()
+    next_values = torch.cat([values[1:], last_value.unsqueeze(0)], 0)
+    deltas = rewards + gamma * next_values * not_done - values
+    decay = (gamma * lam) * not_done
+    advantages[horizon - 1] = deltas[horizon - 1]
+    for t in range(horizon - 2, -1, -1):
+        torch.addcmul(deltas[t], decay[t], advantages[t + 1], out=advantages[t])
+    return advantages
