@@ -266,6 +266,24 @@ def test_an_update_without_finished_episodes_shows_the_last_return(tmp_path, cap
     assert "431.5*" in return_row
 
 
+def test_a_data_parallel_run_shows_its_world_size(tmp_path, capsys):
+    """The world size lives in the header (records keep their layout); files that do
+    not name one read as one rank, and the dashboard then says nothing about ranks."""
+    for name, ranks in (("dist", 4), ("plain", None)):
+        writer = MetricsWriter(tmp_path / name, [], **({} if ranks is None else
+                                                      {"world_size": ranks}))
+        writer.update(global_step=1000, updates=1, sps=5000.0, losses=LOSSES)
+        writer.close("finished")
+    with MetricsReader(tmp_path / "dist") as reader:
+        assert reader.header.world_size == 4
+    with MetricsReader(tmp_path / "plain") as reader:
+        assert reader.header.world_size == 1
+    _, out, _ = monitor(capsys, tmp_path / "dist", "--once")
+    assert "4 ranks (global SPS)" in out
+    _, out, _ = monitor(capsys, tmp_path / "plain", "--once")
+    assert "ranks" not in out
+
+
 def test_dead_trainer_shows_as_stale(tmp_path, capsys):
     process = start_writer(tmp_path / "run", mode="die")
     process.wait(timeout=30)

@@ -94,7 +94,8 @@ def render(snapshot: Snapshot, width: int = 100):
     header, record, history = snapshot.header, snapshot.record, snapshot.history
     label, style = LIVENESS_STYLES.get(snapshot.liveness, (snapshot.liveness.upper(), "bold"))
     title = Text.assemble(("Peregrine ", "bold magenta"), (f"run {header.run_id}  ", "bold"), (label, style))
-    facts = Text(f"pid {header.pid} on {header.host or '?'}  started "
+    ranks = f"  {header.world_size} ranks (global SPS)" if header.world_size > 1 else ""
+    facts = Text(f"pid {header.pid} on {header.host or '?'}{ranks}  started "
                  f"{time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(header.start_time))}", style="dim")
     if record is None:
         body = Text("waiting for the first update...", style="italic")
@@ -113,9 +114,6 @@ def render(snapshot: Snapshot, width: int = 100):
 
     throughput = _table("Throughput")
     throughput.add_row("SPS", number(value["sps"]), sparkline(series("sps"), spark))
-    ranks = value.get("world_size", 1)
-    if ranks == ranks and ranks > 1:     # a data-parallel run: SPS and steps are global
-        throughput.add_row("ranks", number(ranks), "")
     throughput.add_row("steps", number(value["global_step"]), "")
     throughput.add_row("updates", number(value["updates"]), "")
     throughput.add_row("elapsed", duration(value["elapsed"]), "")

@@ -22,7 +22,7 @@ File layout (little-endian, every offset fixed by the header)::
     56      4     u32 names_length (bytes of the JSON block at offset 128)
     60      4     reserved (0)
     64      64    run id, UTF-8, NUL padded
-    128     n     JSON {"fields": [...], "env_stats": [...], "host": "..."}
+    128     n     JSON {"fields": [...], "env_stats": [...], "host": "...", "world_size": N}
     ...           zero padding up to header_size
     header_size + i * record_size: record slot i, for i in 0..K-1:
             8     u64 sequence (seqlock: odd while being written)
@@ -91,7 +91,6 @@ FIELDS = (
     "time_learn",       # seconds in the PPO update
     "heartbeat",        # wall time (Unix seconds) of this record
     "status",           # STATUS_CODES
-    "world_size",       # ranks of a data-parallel run (sps and global_step count them all)
 )
 LOSS_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate")
 TIME_SPLIT_NAMES = ("env", "forward", "learn")
@@ -137,7 +136,7 @@ class MetricsWriter:
     """
 
     def __init__(self, run_dir, env_stat_names=(), run_id: str | None = None,
-                 ring_capacity: int = DEFAULT_RING_CAPACITY):
+                 ring_capacity: int = DEFAULT_RING_CAPACITY, world_size: int = 1):
         if isinstance(ring_capacity, bool) or not isinstance(ring_capacity, int) \
                 or not 1 <= ring_capacity <= 1 << 20:
             raise ValueError(f"ring_capacity must be an int in [1, 1048576], got {ring_capacity!r}")
@@ -153,7 +152,9 @@ class MetricsWriter:
         self.start_time = time.time()
 
         names = json.dumps({"fields": list(FIELDS), "env_stats": list(self.env_stat_names),
-                            "host": socket.gethostname()}).encode()
+                            "host": socket.gethostname(),
+                            # ranks of a data-parallel run: sps and steps count them all
+                            "world_size": int(world_size)}).encode()
         self.header_size = _round_up(_NAMES_OFFSET + len(names), _ALIGN)
         self.record_size = _round_up(8 + 8 * self.num_fields, _ALIGN)
         size = self.header_size + ring_capacity * self.record_size
@@ -194,7 +195,7 @@ class MetricsWriter:
     # ---- writing --------------------------------------------------------------
     def update(self, global_step=0, updates=0, sps=math.nan, elapsed=None, episodes=0,
                episode_return=math.nan, episode_length=math.nan, env_stats=None, losses=None,
-               time_split=None, status="running", world_size=1) -> None:
+               time_split=None, status="running") -> None:
         """Publishes one record. Cost: a few microseconds (see benchmarks)."""
         if self.closed:
             raise ValueError("update() on a closed MetricsWriter")
@@ -210,7 +211,7 @@ class MetricsWriter:
                losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
                losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
                time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
-               now, STATUS_CODES[status], world_size]
+               now, STATUS_CODES[status]]
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)
@@ -286,6 +287,7 @@ class Header:
     run_id: str
     host: str
     fields: tuple[str, ...]
+    world_size: int = 1      # ranks of a data-parallel run (absent in older files: 1)
 
 
 @dataclass
@@ -364,6 +366,7 @@ class MetricsReader:
             fields = tuple(names["fields"])
             env_stats = tuple(names["env_stats"])
             host = str(names.get("host", ""))
+            world_size = int(names.get("world_size", 1))
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise MetricsFileError(f"{self.path} is corrupt: unreadable field names") from None
         if len(fields) + len(env_stats) != num_fields or len(env_stats) != num_env_stats \
@@ -372,7 +375,7 @@ class MetricsReader:
         run_id = bytes(self._map[_RUN_ID_OFFSET:_RUN_ID_OFFSET + _RUN_ID_SIZE]).rstrip(b"\0")
         self._header_size, self._record_size = header_size, record_size
         return Header(version, num_fields, env_stats, ring_capacity, pid, start_time,
-                      run_id.decode(errors="replace"), host, fields)
+                      run_id.decode(errors="replace"), host, fields, world_size)
 
     @property
     def count(self) -> int:

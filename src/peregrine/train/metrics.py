@@ -17,7 +17,8 @@ from pathlib import Path
 
 
 class RunLogger:
-    def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True):
+    def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True,
+                 world_size: int = 1):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
@@ -31,7 +32,8 @@ class RunLogger:
                 try:
                     self.writer = MetricsWriter(self.run_dir, [
                         name for name in env_stat_names
-                        if name not in ("episode_return", "episode_length")])
+                        if name not in ("episode_return", "episode_length")],
+                        world_size=world_size)
                 except Exception as error:  # noqa: BLE001 - the dashboard is optional
                     self._warn(f"dashboard metrics disabled: {error}")
         self.tensorboard = None
@@ -60,8 +62,7 @@ class RunLogger:
                     episode_return=record.get("episode_return"),
                     episode_length=record.get("episode_length"),
                     env_stats=record.get("env_stats", {}), losses=record["losses"],
-                    time_split=record["time_split"], status="running",
-                    world_size=record.get("world_size", 1))
+                    time_split=record["time_split"], status="running")
             except Exception as error:  # noqa: BLE001
                 self._warn(f"dashboard metrics disabled: {error}")
                 self.writer = None

@@ -127,7 +127,8 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
         if resume:
             trainer.load_state_dict(state)
         if main:
-            logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard)
+            logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard,
+                               world_size=trainer.world_size)
             if on_start is not None:
                 on_start(run_dir)
         solved_at = None
