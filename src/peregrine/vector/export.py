@@ -495,15 +495,16 @@ def sb3_vec_env(env):
 
         seed(s) then reset() reseeds the batch from s (SB3 derives s + i for
         env i; the batch derives every instance's stream from s, so s alone
-        determines all rows)."""
+        determines all rows). info["episode"] also holds the env's own
+        statistics (see _EpisodeRecorder); its "t" is, as in SB3's Monitor,
+        the seconds since the VecEnv was made."""
 
         def __init__(self, env):
             self.env = env
             self.render_mode = None
             super().__init__(env.num_agents, env.single_observation_space,
                              env.single_action_space)
-            self._returns = np.zeros(env.num_agents, np.float64)
-            self._lengths = np.zeros(env.num_agents, np.int64)
+            self._episodes = _EpisodeRecorder(env)
             self._start = time.perf_counter()
             self._actions = None
 
@@ -512,8 +513,7 @@ def sb3_vec_env(env):
             observations, _ = self.env.reset(seed=seed)
             self._reset_seeds()
             self._reset_options()
-            self._returns[:] = 0
-            self._lengths[:] = 0
+            self._episodes.restart()
             return observations.copy()
 
         def step_async(self, actions):
@@ -521,18 +521,17 @@ def sb3_vec_env(env):
 
         def step_wait(self):
             observations, rewards, terminals, truncations, _ = self.env.step(self._actions)
-            self._returns += rewards
-            self._lengths += 1
             dones = terminals | truncations
+            records = {}
+            self._episodes.record(rewards, slice(None), dones, records)
             infos = [{} for _ in range(self.num_envs)]
             for row in np.flatnonzero(dones):
                 info = infos[row]
                 info["terminal_observation"] = self.env.final_observations[row].copy()
                 info["TimeLimit.truncated"] = bool(truncations[row] and not terminals[row])
-                info["episode"] = {"r": float(self._returns[row]), "l": int(self._lengths[row]),
-                                   "t": round(time.perf_counter() - self._start, 6)}
-                self._returns[row] = 0.0
-                self._lengths[row] = 0
+                episode = {key: values[row].item() for key, values in records["episode"].items()}
+                episode["t"] = round(time.perf_counter() - self._start, 6)
+                info["episode"] = episode
             return observations.copy(), rewards.copy(), dones, infos
 
         def close(self):
