@@ -199,9 +199,10 @@ def test_same_step_and_disabled_autoreset():
     np.testing.assert_array_equal(observations, batch.final_observations)
     with pytest.raises(RuntimeError, match="autoreset is disabled"):
         envs.step(np.ones(3, np.int64))
-    starts = batch.observations.copy()
+    starts, finals = batch.observations.copy(), batch.final_observations.copy()
     observations, _ = envs.reset(options={"reset_mask": np.array([True, True, False])})
     np.testing.assert_array_equal(observations[:2], starts[:2])
+    np.testing.assert_array_equal(observations[2], finals[2])  # not reset yet
     with pytest.raises(RuntimeError, match=r"sub-envs \[2\] ended"):
         envs.step(np.ones(3, np.int64))
     envs.reset(options={"reset_mask": np.array([False, False, True])})
@@ -357,12 +358,20 @@ def test_record_video_writes_a_video(tmp_path):
     from gymnasium.wrappers.vector import RecordVideo
     envs = RecordVideo(gymnasium.make_vec("peregrine/DroneSwarm-v0", num_envs=1, n_drones=2,
                                           max_steps=10, render_mode="rgb_array"),
-                       str(tmp_path), episode_trigger=lambda episode: episode == 0)
+                       str(tmp_path / "videos"), episode_trigger=lambda episode: episode == 0)
     envs.reset(seed=0)
     for _ in range(12):
         envs.step(np.zeros((2, 3), np.float32))
     envs.close()
-    assert any(path.suffix == ".mp4" for path in tmp_path.iterdir())
+    assert any(path.suffix == ".mp4" for path in (tmp_path / "videos").iterdir())
+    env = gymnasium.wrappers.RecordVideo(
+        gymnasium.make("peregrine/DroneSwarm-v0", n_drones=1, max_steps=10,
+                       render_mode="rgb_array"), str(tmp_path / "single"))
+    env.reset(seed=0)
+    for _ in range(10):
+        env.step(np.zeros(3, np.float32))
+    env.close()
+    assert any(path.suffix == ".mp4" for path in (tmp_path / "single").iterdir())
 
 
 def test_get_attr_set_attr_and_call():

@@ -266,7 +266,10 @@ class GymnasiumVectorEnv(VectorEnv):
         self._ended[rows] = False
         if self._episodes is not None:
             self._episodes.restart(rows)
-        return self._out(self.env.observations), {}
+        observations = self.env.observations.copy()
+        # sub-envs outside the mask that ended still show their last observation
+        observations[self._ended] = self.env.final_observations[self._ended]
+        return observations, {}
 
     def _reset_instances(self, instances, seeds):
         if not hasattr(self.env, "reset_instances"):
