@@ -89,12 +89,19 @@ def test_single_env_view_passes_gymnasium_check_env(name):
         env.close()
 
 
-def test_single_env_view_passes_sb3_check_env():
+def test_single_env_view_passes_sb3_check_env_and_make_vec_env():
     pytest.importorskip("stable_baselines3")
     from stable_baselines3.common.env_checker import check_env as sb3_check_env
+    from stable_baselines3.common.env_util import make_vec_env
     env = gymnasium.make("peregrine/CartPole-v1")
     sb3_check_env(env)
     env.close()
+    vec_env = make_vec_env("peregrine/CartPole-v1", n_envs=2, seed=0)
+    vec_env.reset()
+    for _ in range(60):
+        _, _, _, infos = vec_env.step(np.array([0, 1]))
+    assert vec_env.envs[0].get_episode_rewards()  # SB3's Monitor saw finished episodes
+    vec_env.close()
 
 
 def test_single_env_view_episode_end_and_reset():
@@ -135,7 +142,8 @@ def test_multi_agent_env_refuses_the_single_env_view():
 
 
 def test_render_mode_is_refused_where_the_env_cannot_draw():
-    with pytest.raises(ValueError, match="envs with a renderer: \\['drone_swarm'\\]"):
+    # a TypeError, as from an env without render_mode: SB3's make_vec_env retries without
+    with pytest.raises(TypeError, match="envs with a renderer: \\['drone_swarm'\\]"):
         gymnasium.make("peregrine/CartPole-v1", render_mode="rgb_array")
     with pytest.raises(ValueError, match="render_mode must be None or 'rgb_array'"):
         gymnasium.make_vec("peregrine/DroneSwarm-v0", num_envs=1, render_mode="human")

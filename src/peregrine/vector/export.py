@@ -48,15 +48,20 @@ def _as_actions(env, actions):
 # ---- rendering ------------------------------------------------------------------------
 
 def _renderer(env, render_mode):
-    """The frame-drawing module for `env`, or None when render_mode is None."""
+    """The frame-drawing module for `env`, or None when render_mode is None.
+
+    An env that cannot draw refuses render_mode with a TypeError, as an env
+    whose constructor takes no render_mode does: callers that ask for frames
+    only in case they are available (SB3's make_vec_env) then retry without.
+    """
     if render_mode is None:
         return None
     name = getattr(env, "name", None)
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
     if name not in RENDERERS or not hasattr(env, "get_state"):
-        raise ValueError(f"render_mode='rgb_array' needs an env that can draw itself; "
-                         f"envs with a renderer: {sorted(RENDERERS)}, got {name!r}")
+        raise TypeError(f"render_mode='rgb_array' needs an env that can draw itself; "
+                        f"envs with a renderer: {sorted(RENDERERS)}, got {name!r}")
     return importlib.import_module(RENDERERS[name])
 
 
@@ -425,7 +430,11 @@ class GymnasiumEnv(Env):
                              f"sub-env per agent), or peregrine.envs.{name}.parallel_env for "
                              "PettingZoo")
         self.batch = batch
-        self._renderer = _renderer(batch, render_mode)
+        try:
+            self._renderer = _renderer(batch, render_mode)
+        except (TypeError, ValueError):
+            batch.close()
+            raise
         self.render_mode = render_mode
         self.metadata = {"render_modes": ["rgb_array"] if self._renderer else []}
         if self._renderer is not None:
