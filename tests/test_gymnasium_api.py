@@ -44,10 +44,15 @@ def test_import_registers_every_env_and_builds_nothing():
         "print(ids)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(sorted(f"peregrine/{i}" for i in GYMNASIUM_IDS.values()))
+    # peregrine first: nothing but the registry is imported, not even Gymnasium (a
+    # hook registers the ids when Gymnasium is imported), and no env module,
+    # extension or torch
     code = ("import sys, peregrine;"
-            "print(sorted(m for m in sys.modules if m.startswith('peregrine.') or m == 'torch'))")
+            "print(sorted(m for m in sys.modules if m.startswith(('peregrine.', 'gymnasium'))"
+            " or m == 'torch'));"
+            "import gymnasium; print('peregrine/DroneSwarm-v0' in gymnasium.registry)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "['peregrine.registry']"  # no env module, no extension, no torch
+    assert out.stdout.split() == ["['peregrine.registry']", "True"]
 
 
 def unbounded_as_max(bounds):

@@ -1,12 +1,16 @@
 """Names of the environments and where they live; modules load on first use.
 
 Every env is also registered with Gymnasium under the `peregrine/` namespace
-when peregrine is imported (register_gymnasium_envs): the registration holds
-only import strings, so it builds and imports nothing of the envs.
+(register_gymnasium_envs): the registration holds only import strings, so it
+builds and imports nothing of the envs. `import peregrine` registers them at
+once if Gymnasium is already imported, else right after Gymnasium's own import
+(register_gymnasium_envs_on_import), so that importing peregrine alone does
+not pay for importing Gymnasium.
 """
 from __future__ import annotations
 
 import importlib
+import sys
 
 # name -> "module:Class". Adding an env is one line here (plus its folder).
 ENVS = {
@@ -74,3 +78,35 @@ def register_gymnasium_envs() -> None:
                  vector_entry_point="peregrine.vector.export:gymnasium_vector_env",
                  reward_threshold=original.reward_threshold if original else None,
                  kwargs={"name": name})
+
+
+class _RegisterAfterImport:
+    """A meta path finder (importlib.abc.MetaPathFinder's protocol; that module
+    is not imported, it costs more than the rest of `import peregrine`) that
+    finds `gymnasium` through the other finders and runs the registration as
+    soon as its module has executed: a post-import hook, used once."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "gymnasium":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+        spec = find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            register_gymnasium_envs()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def register_gymnasium_envs_on_import() -> None:
+    """register_gymnasium_envs now if Gymnasium is imported, else once it is."""
+    if "gymnasium" in sys.modules:
+        register_gymnasium_envs()
+    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())
