@@ -36,11 +36,12 @@ def _actions(num_rows, steps, dtype=np.int32):
     return rng.integers(0, 2, (steps, num_rows)).astype(dtype)
 
 
-def measure_sps(step, num_rows, seconds, reset=None, warmup_steps=20, windows=3):
+def measure_sps(step, num_rows, seconds, reset=None, warmup_steps=20, windows=3,
+                dtype=np.int32):
     """(rows per second, seconds per step) of `step(actions)`: the best of
     `windows` windows of seconds/windows each, so a burst of load from other
     jobs on the shared machine costs one window, not the figure."""
-    actions = _actions(num_rows, 256)
+    actions = _actions(num_rows, 256, dtype)
     if reset:
         reset()
     for i in range(warmup_steps):
@@ -67,9 +68,12 @@ def bench_emulated(seconds):
     out = {}
     with pv.make(gym_cartpole, backend="multiprocessing", num_envs=num_envs,
                  num_workers=workers, seed=0) as env:
-        out["peregrine_multiprocessing"] = measure_sps(env.step, num_envs, seconds, env.reset)[0]
+        # emulated envs keep Gymnasium's int64 Discrete actions
+        out["peregrine_multiprocessing"] = measure_sps(env.step, num_envs, seconds, env.reset,
+                                                       dtype=np.int64)[0]
     with pv.make(gym_cartpole, backend="serial", num_envs=num_envs, seed=0) as env:
-        out["peregrine_serial"] = measure_sps(env.step, num_envs, seconds, env.reset)[0]
+        out["peregrine_serial"] = measure_sps(env.step, num_envs, seconds, env.reset,
+                                              dtype=np.int64)[0]
     envs = gymnasium.vector.AsyncVectorEnv([gym_cartpole] * num_envs)
     try:
         out["gymnasium_async"] = measure_sps(lambda a: envs.step(a), num_envs, seconds,

@@ -4,7 +4,8 @@ test_sanitizers.py (it also runs fine without sanitizers).
 For each env: every config field at its minimum and at its maximum (configs
 that the Python checks refuse are skipped: refusing is the right answer),
 random and hostile actions (NaN, inf, 1e30, denormals, out-of-range integers
-straight into the C binding), and abuse of the binding's own API.
+straight into the C binding) with random held instances and masked resets,
+and abuse of the binding's own API.
 """
 import sys
 
@@ -32,7 +33,12 @@ def fuzz_config(name, config, rng, steps=40):
         return 0
     with env:
         for step in range(steps):
-            obs, rewards, terminals, truncations, _ = env.step(hostile_actions(env, rng, step))
+            hold = rng.random(env.num_envs) < 0.3 if step % 2 else None
+            obs, rewards, terminals, truncations, _ = env.step(hostile_actions(env, rng, step),
+                                                               hold=hold)
+            if step % 7 == 3:
+                env.reset_instances(rng.random(env.num_envs) < 0.5,
+                                    seeds=[int(s) for s in rng.integers(0, 1 << 62, env.num_envs)])
             if env.observations.dtype == np.float32:
                 assert np.isfinite(obs).all(), (name, config, "non-finite observation")
             assert np.isfinite(rewards).all(), (name, config, "non-finite reward")
@@ -77,6 +83,22 @@ def fuzz_binding(name):
             pass
         else:
             raise AssertionError("step accepted a wrong-sized buffer")
+    for wrong in (np.zeros(2, np.uint8), np.zeros(10**6, np.uint8), np.zeros(3, np.float32),
+                  b"ab", np.zeros(6, np.uint8)[::2]):
+        for call in (lambda: batch.step(env.actions, wrong), lambda: batch.reset(wrong)):
+            try:
+                call()
+            except ValueError:
+                pass
+            else:
+                raise AssertionError("hold/mask accepted a wrong buffer")
+    for instance in (-1, 3):
+        try:
+            batch.seed_instance(instance, 1)
+        except IndexError:
+            pass
+        else:
+            raise AssertionError("seed_instance accepted a bad instance")
     env.close()
     try:
         batch.step()

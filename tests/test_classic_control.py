@@ -9,11 +9,10 @@ import peregrine
 from peregrine.envs.mountain_car.reference import MountainCarReference
 from peregrine.envs.mountain_car_continuous.reference import MountainCarContinuousReference
 from peregrine.envs.pendulum.reference import PendulumReference
+from peregrine.registry import GYMNASIUM_IDS
 
 f32 = np.float32
 CLASSIC = ["pendulum", "mountain_car", "mountain_car_continuous"]
-GYMNASIUM_IDS = {"pendulum": "Pendulum-v1", "mountain_car": "MountainCar-v0",
-                 "mountain_car_continuous": "MountainCarContinuous-v0"}
 REFERENCES = {"pendulum": PendulumReference, "mountain_car": MountainCarReference,
               "mountain_car_continuous": MountainCarContinuousReference}
 

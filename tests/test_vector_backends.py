@@ -126,7 +126,7 @@ def test_async_recv_returns_the_first_workers_ready_gathered_when_apart():
         observations, rewards, *_rest, env_ids, masks = env.recv()
         assert env_ids.tolist() == [0, 1]
         assert np.shares_memory(observations, env.observations)  # contiguous: a view
-        env.send(np.zeros(2, np.int32))
+        env.send(np.zeros(2, np.int64))
         # env 2 was waiting; env 0 finishes long before the slow env 1
         observations, rewards, *_rest, env_ids, masks = env.recv()
         assert env_ids.tolist() == [0, 2]

@@ -48,8 +48,12 @@ def test_unflatten_works_on_torch_tensors():
 
 
 def test_action_spaces_map_to_native_kinds():
-    assert FlatAction(spaces.Discrete(4, start=-1)).space == spaces.Discrete(4, dtype=np.int32)
-    assert FlatAction(spaces.Discrete(4, start=-1)).to_env(np.int32(0)) == -1
+    # Discrete and MultiDiscrete keep the wrapped space's dtype (Gymnasium's int64)
+    assert FlatAction(spaces.Discrete(4, start=-1)).space == spaces.Discrete(4)
+    assert FlatAction(spaces.Discrete(4, start=-1)).space.dtype == np.int64
+    assert FlatAction(spaces.Discrete(4, start=-1)).to_env(np.int64(0)) == -1
+    assert FlatAction(spaces.Discrete(4, dtype=np.int32)).space.dtype == np.int32
+    assert FlatAction(spaces.MultiDiscrete([3, 2])).space == spaces.MultiDiscrete([3, 2])
     nested = FlatAction(NestedEnv().action_space)
     assert nested.space == spaces.MultiDiscrete([3, 2, 4], dtype=np.int32)
     first, second = nested.to_env(np.array([2, 1, 3], np.int32))
@@ -109,7 +113,9 @@ def test_emulated_gymnasium_cartpole_matches_native_cartpole():
     with emulated, native:
         assert emulated.single_observation_space.shape == native.single_observation_space.shape
         assert emulated.single_observation_space.dtype == native.single_observation_space.dtype
-        assert emulated.single_action_space == native.single_action_space
+        # Gymnasium's Discrete(2) keeps its int64; the native env's is int32
+        assert emulated.single_action_space == spaces.Discrete(2)
+        assert native.single_action_space == spaces.Discrete(2, dtype=np.int32)
         np.testing.assert_allclose(emulated.single_observation_space.high,
                                    native.single_observation_space.high, rtol=1e-6)
         gym_env = emulated.blocks[0].units[0].env
@@ -124,9 +130,8 @@ def test_emulated_gymnasium_cartpole_matches_native_cartpole():
             theta_dot = emulated.observations[0, 3]
             # mostly balance (to reach truncations), sometimes act randomly
             action = int(theta_dot > 0) if step % 80 < 60 else int(rng.integers(2))
-            actions = np.array([action], np.int32)
-            e_obs, e_rew, e_term, e_trunc, _ = emulated.step(actions)
-            n_obs, n_rew, n_term, n_trunc, _ = native.step(actions)
+            e_obs, e_rew, e_term, e_trunc, _ = emulated.step(np.array([action], np.int64))
+            n_obs, n_rew, n_term, n_trunc, _ = native.step(np.array([action], np.int32))
             assert e_rew[0] == n_rew[0] == 1.0
             assert (e_term[0], e_trunc[0]) == (n_term[0], n_trunc[0])
             if e_term[0] or e_trunc[0]:
@@ -148,17 +153,19 @@ def test_gymnasium_truncation_at_time_limit_is_not_terminal():
         env.reset(seed=0)
         flags = []
         for _ in range(5):
-            _, _, terminals, truncations, _ = env.step(np.array([0], np.int32))
+            _, _, terminals, truncations, _ = env.step(np.array([0], np.int64))
             flags.append((bool(terminals[0]), bool(truncations[0])))
         assert flags[-1] == (False, True) and all(f == (False, False) for f in flags[:-1])
 
 
 def test_emulation_refuses_bad_actions_and_objects():
     with pv.make(gym_cartpole, backend="serial", num_envs=2, seed=0) as env:
-        with pytest.raises(ValueError, match="dtype int32"):
-            env.step(np.zeros(2, np.int64))
+        with pytest.raises(ValueError, match="dtype int64"):
+            env.step(np.zeros(2, np.float32))
         with pytest.raises(ValueError, match="out of range"):
-            env.step(np.array([0, 2], np.int32))
+            env.step(np.array([0, 2], np.int64))
+        with pytest.raises(ValueError, match="out of range"):
+            env.step(np.array([-1, 0], np.int64))
     with pytest.raises(ValueError, match="gymnasium.Env, a PettingZoo ParallelEnv"):
         pv.make(lambda: object(), backend="serial", num_envs=1)
 
@@ -171,7 +178,7 @@ def test_pettingzoo_agents_are_rows_with_masks():
         observations, _ = env.reset(seed=0)
         assert env.masks.all()
         np.testing.assert_array_equal(observations[:, 0], [0, 1, 2, 0, 1, 2])
-        actions = np.tile(np.array([1, 2, 3], np.int32), 2)
+        actions = np.tile(np.array([1, 2, 3], np.int64), 2)
         history = []
         for _ in range(4):
             observations, rewards, terminals, truncations, _ = env.step(actions)
@@ -204,7 +211,7 @@ def test_pettingzoo_truncation_for_agents_still_live():
     with pv.make(lambda: Squad(limit=3), backend="serial", num_envs=1, seed=0) as env:
         env.reset(seed=0)
         for _ in range(3):
-            _, _, terminals, truncations, _ = env.step(np.zeros(3, np.int32))
+            _, _, terminals, truncations, _ = env.step(np.zeros(3, np.int64))
         assert terminals.tolist() == [False, True, False]  # a1 terminates at 3 as well
         assert truncations.tolist() == [False, False, True]
         assert env.episode_stats().count == 1

@@ -11,7 +11,8 @@ from test_vector_helpers import Squad
 
 
 def test_gymnasium_vector_env_same_step_autoreset():
-    env = pv.GymnasiumVectorEnv(pv.make("cartpole", num_envs=4, seed=0, max_steps=10))
+    env = pv.GymnasiumVectorEnv(pv.make("cartpole", num_envs=4, seed=0, max_steps=10),
+                                autoreset_mode=AutoresetMode.SAME_STEP)
     with env:
         assert isinstance(env, VectorEnv)
         assert env.metadata["autoreset_mode"] == AutoresetMode.SAME_STEP

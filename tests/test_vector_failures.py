@@ -98,10 +98,10 @@ def test_exception_in_worker_reaches_parent_with_traceback():
     before = shm_segments()
     with pv.make(lambda: FlakyEnv(fail_at=3), backend="multiprocessing", num_envs=4,
                  num_workers=2, seed=0) as env:
-        env.step(np.zeros(4, np.int32))
-        env.step(np.zeros(4, np.int32))
+        env.step(np.zeros(4, np.int64))
+        env.step(np.zeros(4, np.int64))
         with pytest.raises(pv.WorkerError) as caught:
-            env.step(np.zeros(4, np.int32))
+            env.step(np.zeros(4, np.int64))
         text = str(caught.value)
         assert "flaky env exploded" in text and "Traceback" in text
         assert "in step" in text and "test_vector_helpers.py" in text  # the worker's own frames
@@ -144,7 +144,7 @@ def test_caught_ctrl_c_mid_step_leaves_the_env_usable():
         previous = _interrupt_after(0.05)
         try:
             with pytest.raises(KeyboardInterrupt):
-                env.step(np.zeros(2, np.int32))
+                env.step(np.zeros(2, np.int64))
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
@@ -156,7 +156,7 @@ def test_caught_ctrl_c_mid_step_leaves_the_env_usable():
         finally:
             signal.setitimer(signal.ITIMER_REAL, 0)
             signal.signal(signal.SIGALRM, previous)
-        observations, rewards, *_ = env.step(np.ones(2, np.int32))  # replies stay in step
+        observations, rewards, *_ = env.step(np.ones(2, np.int64))  # replies stay in step
         assert rewards.tolist() == [1.0, 1.0]
         assert env.episode_stats().count == 0
 

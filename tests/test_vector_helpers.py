@@ -122,7 +122,7 @@ def random_actions(env, steps, seed=0):
     rng = np.random.default_rng(seed)
     space = env.single_action_space
     high = space.n if isinstance(space, spaces.Discrete) else space.nvec
-    return rng.integers(0, high, (steps, *env.actions.shape)).astype(np.int32)
+    return rng.integers(0, high, (steps, *env.actions.shape)).astype(env.actions.dtype)
 
 
 class FlakyEnv(gymnasium.Env):

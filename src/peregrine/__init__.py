@@ -5,8 +5,13 @@
     obs, _ = env.reset()
     obs, rewards, terminals, truncations, _ = env.step(
         np.random.randint(0, 2, env.num_agents, dtype=np.int32))
+
+Gymnasium's API: gymnasium.make("peregrine/CartPole-v1") (one env) and
+gymnasium.make_vec("peregrine/CartPole-v1", num_envs=4096) (the native batch).
 """
-from .registry import list_envs, make
+from .registry import list_envs, make, register_gymnasium_envs_on_import
+
+register_gymnasium_envs_on_import()  # gymnasium.make("peregrine/CartPole-v1") and friends
 
 __version__ = "0.1.0"
 __all__ = ["make", "list_envs", "__version__"]

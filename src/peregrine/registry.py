@@ -1,7 +1,16 @@
-"""Names of the environments and where they live; modules load on first use."""
+"""Names of the environments and where they live; modules load on first use.
+
+Every env is also registered with Gymnasium under the `peregrine/` namespace
+(register_gymnasium_envs): the registration holds only import strings, so it
+builds and imports nothing of the envs. `import peregrine` registers them at
+once if Gymnasium is already imported, else right after Gymnasium's own import
+(register_gymnasium_envs_on_import), so that importing peregrine alone does
+not pay for importing Gymnasium.
+"""
 from __future__ import annotations
 
 import importlib
+import sys
 
 # name -> "module:Class". Adding an env is one line here (plus its folder).
 ENVS = {
@@ -12,6 +21,20 @@ ENVS = {
     "prospector": "peregrine.envs.prospector:Prospector",
     "drone_swarm": "peregrine.envs.drone_swarm:DroneSwarm",
 }
+
+# name -> Gymnasium id, registered as "peregrine/<id>". The classic envs take
+# Gymnasium's own id because their rules, spaces and step limits are
+# Gymnasium's (tests/test_gymnasium_api.py checks this against the installed
+# Gymnasium); a rule change there means a new version number here.
+GYMNASIUM_IDS = {
+    "cartpole": "CartPole-v1",
+    "pendulum": "Pendulum-v1",
+    "mountain_car": "MountainCar-v0",
+    "mountain_car_continuous": "MountainCarContinuous-v0",
+    "prospector": "Prospector-v0",
+    "drone_swarm": "DroneSwarm-v0",
+}
+GYMNASIUM_NAMESPACE = "peregrine"
 
 
 def env_class(name: str):
@@ -32,3 +55,58 @@ def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int
 
 def list_envs() -> list[str]:
     return sorted(ENVS)
+
+
+def register_gymnasium_envs() -> None:
+    """Registers every env as "peregrine/<id>" with Gymnasium (idempotent).
+
+    gymnasium.make(id) gives one instance as a gymnasium.Env, and
+    gymnasium.make_vec(id, num_envs=N) a native batch of N behind Gymnasium's
+    VectorEnv (see peregrine/vector/export.py). The step limit is the env's
+    own `max_steps` config field, so the specs carry no max_episode_steps;
+    reward thresholds are Gymnasium's where the id is Gymnasium's.
+    """
+    from gymnasium.envs.registration import register, registry
+
+    for name, gymnasium_id in GYMNASIUM_IDS.items():
+        env_id = f"{GYMNASIUM_NAMESPACE}/{gymnasium_id}"
+        if env_id in registry:
+            continue
+        original = registry.get(gymnasium_id)
+        register(id=env_id,
+                 entry_point="peregrine.vector.export:GymnasiumEnv",
+                 vector_entry_point="peregrine.vector.export:gymnasium_vector_env",
+                 reward_threshold=original.reward_threshold if original else None,
+                 kwargs={"name": name})
+
+
+class _RegisterAfterImport:
+    """A meta path finder (importlib.abc.MetaPathFinder's protocol; that module
+    is not imported, it costs more than the rest of `import peregrine`) that
+    finds `gymnasium` through the other finders and runs the registration as
+    soon as its module has executed: a post-import hook, used once."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != "gymnasium":
+            return None
+        sys.meta_path.remove(self)
+        from importlib.util import find_spec
+        spec = find_spec(fullname)
+        if spec is None or spec.loader is None:
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module):
+            execute(module)
+            register_gymnasium_envs()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def register_gymnasium_envs_on_import() -> None:
+    """register_gymnasium_envs now if Gymnasium is imported, else once it is."""
+    if "gymnasium" in sys.modules:
+        register_gymnasium_envs()
+    elif not any(isinstance(finder, _RegisterAfterImport) for finder in sys.meta_path):
+        sys.meta_path.insert(0, _RegisterAfterImport())

@@ -243,22 +243,60 @@ class NativeEnv:
         self._batch.reset()
         return self.observations, {}
 
+    def reset_instances(self, mask, seeds=None):
+        """Starts fresh episodes in the instances where `mask` (bool
+        [num_envs]) is True; the others carry on untouched.
+
+        seeds: None, or one entry per instance (None or a non-negative int):
+        an instance given a seed restarts its stream as instance 0 of a batch
+        made with that seed would, so its episodes do not depend on its index.
+        Returns (observations, infos) like reset().
+        """
+        mask = self._instance_mask("mask", mask)
+        if seeds is not None:
+            seeds = list(seeds)
+            if len(seeds) != self.num_envs:
+                raise ValueError(f"seeds must hold one entry per instance ({self.num_envs}), "
+                                 f"got {len(seeds)}")
+            for instance, seed in enumerate(seeds):
+                if seed is not None and mask[instance]:
+                    self._batch.seed_instance(instance, resolve_seed(seed))
+        self._batch.reset(mask)
+        return self.observations, {}
+
+    def _instance_mask(self, name, mask):
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ \
+                or mask.shape != (self.num_envs,):
+            raise ValueError(f"{name} must be a NumPy bool array of shape ({self.num_envs},) "
+                             f"(one entry per instance), got "
+                             f"{getattr(mask, 'dtype', type(mask).__name__)} "
+                             f"{getattr(mask, 'shape', '')}")
+        return np.ascontiguousarray(mask)
+
     def seed_streams(self, seed: int) -> None:
         """Restarts every instance's random stream from (seed, instance index)
         without resetting any episode (exact resume uses this)."""
         self._batch.seed(resolve_seed(seed))
 
-    def step(self, actions):
+    def step(self, actions, hold=None):
         """Steps every instance with `actions` (one row per agent).
 
         Returns (observations, rewards, terminals, truncations, infos): the
         env's own buffers, updated in place. infos is an empty dict; episode
         statistics come from `episode_stats()`.
+
+        hold: optional bool [num_envs]; held instances are not stepped (state,
+        observations, statistics and random stream unchanged, their actions
+        ignored) and their rows report reward 0, no terminal, no truncation.
+        Gymnasium's next-step autoreset is built on it.
         """
         if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
                 or actions.shape != self._action_shape):
             self._refuse_actions(actions)
-        self._batch.step(actions)
+        if hold is not None:
+            self._batch.step(actions, self._instance_mask("hold", hold))
+        else:
+            self._batch.step(actions)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def _refuse_actions(self, actions):

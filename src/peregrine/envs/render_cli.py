@@ -2,7 +2,9 @@
 
 The policy is resolved as in `peregrine eval` (a scripted policy name or a
 checkpoint path). Each env with a renderer lists its module in RENDERERS;
-the module provides render_episode(env, policy, out_path, ...).
+the module provides render_episode(env, policy, out_path, ...), and for the
+Gymnasium exports' render_mode="rgb_array" rgb_frame(env, instance) and
+RENDER_FPS.
 """
 from __future__ import annotations
 

@@ -51,12 +51,15 @@ class VectorBase:
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
         self._action_dtype = np.dtype(self.single_action_space.dtype)
         action_space = self.single_action_space
-        # Discrete actions are checked as uint32: negatives become huge, so one
-        # comparison against the highest valid value catches both ends.
+        # Discrete actions are checked as unsigned integers of their width:
+        # negatives become huge, so one comparison against the highest valid
+        # value catches both ends.
+        self._action_unsigned = np.dtype(f"u{self._action_dtype.itemsize}")
         if isinstance(action_space, spaces.Discrete):
-            self._action_high = np.uint32(action_space.n - 1)
+            self._action_high = np.asarray(action_space.n - 1).astype(self._action_unsigned)
         elif isinstance(action_space, spaces.MultiDiscrete):
-            self._action_high = (np.asarray(action_space.nvec, np.int64) - 1).astype(np.uint32)
+            self._action_high = (np.asarray(action_space.nvec, np.int64) - 1).astype(
+                self._action_unsigned)
         else:
             self._action_high = None
         return buffers_layout(self.num_agents, self.single_observation_space,
@@ -96,7 +99,7 @@ class VectorBase:
                              f"shape {actions.shape}{hint}")
         high = self._action_high
         if high is not None and actions.size:
-            as_unsigned = actions.view(np.uint32)
+            as_unsigned = actions.view(self._action_unsigned)
             if (as_unsigned.max() > high) if high.ndim == 0 else (as_unsigned > high).any():
                 bad = tuple(np.argwhere(as_unsigned > high)[0])
                 allowed = int(high) if high.ndim == 0 else high.tolist()

@@ -1,39 +1,212 @@
-"""Peregrine envs for other libraries: a Gymnasium 1.x VectorEnv and an SB3 VecEnv.
+"""Peregrine envs for other libraries: Gymnasium's Env and VectorEnv, and an SB3 VecEnv.
 
-Both treat each row (agent) of a Peregrine batch as one sub-env, so a batch
-of N CartPoles is an N-env vector env. Both copy what they return (those
-libraries keep references to observations across steps), so they cost one
-copy per step that the native interface avoids. Rows whose mask is False
-(absent agents of a multi-agent env) still appear; the Gymnasium adapter puts
+`GymnasiumEnv` is one instance of a native env as a `gymnasium.Env`
+(what `gymnasium.make("peregrine/...")` returns). `GymnasiumVectorEnv` and
+`sb3_vec_env` treat each row (agent) of a Peregrine batch as one sub-env, so
+a batch of N CartPoles is an N-env vector env; `gymnasium.make_vec` builds
+the former over a native batch. They copy what they return (those libraries
+keep references to observations across steps), so they cost one copy per
+step that the native interface avoids. Rows whose mask is False (absent
+agents of a multi-agent env) still appear; the Gymnasium adapter puts
 `masks` in infos, SB3 has no notion of them.
+
+Every row of a batch shares the batch's attributes and methods, so the
+per-sub-env attribute calls (Gymnasium's get_attr/set_attr/call, SB3's
+get_attr/set_attr/env_method) read a batch attribute once per row (a
+per-row buffer such as `masks` row by row), and set or call it once for the
+whole batch: asking to give rows different values, or to act on only some
+rows, is refused with an error saying so.
 """
 from __future__ import annotations
 
+import importlib
 import time
 
 import numpy as np
+from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+
+from ..envs.render_cli import RENDERERS
+from ..registry import env_class
+
+AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
 
 
 def _as_actions(env, actions):
-    shape = (env.num_agents, *env.single_action_space.shape)
+    """The batch's action array from whatever a Gymnasium/SB3 caller passes."""
+    space = env.single_action_space
+    shape = (env.num_agents, *space.shape)
     actions = np.asarray(actions)
     if actions.size != int(np.prod(shape)):
         raise ValueError(f"actions must hold {int(np.prod(shape))} values (shape {shape}), "
                          f"got shape {actions.shape}")
-    return np.ascontiguousarray(actions.reshape(shape), dtype=env.single_action_space.dtype)
+    if not isinstance(space, spaces.Box) and actions.dtype.kind not in "iub":
+        raise ValueError(f"actions of {space} must be integers, got dtype {actions.dtype}")
+    return np.ascontiguousarray(actions.reshape(shape), dtype=space.dtype)
 
+
+# ---- rendering ------------------------------------------------------------------------
+
+def _renderer(env, render_mode):
+    """The frame-drawing module for `env`, or None when render_mode is None.
+
+    An env that cannot draw refuses render_mode with a TypeError, as an env
+    whose constructor takes no render_mode does: callers that ask for frames
+    only in case they are available (SB3's make_vec_env) then retry without.
+    """
+    if render_mode is None:
+        return None
+    name = getattr(env, "name", None)
+    if render_mode != "rgb_array":
+        raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
+    if name not in RENDERERS or not hasattr(env, "get_state"):
+        raise TypeError(f"render_mode='rgb_array' needs an env that can draw itself; "
+                        f"envs with a renderer: {sorted(RENDERERS)}, got {name!r}")
+    return importlib.import_module(RENDERERS[name])
+
+
+def _frames(env, renderer):
+    """One RGB frame (uint8 [H, W, 3]) per row: each row shows its instance."""
+    if renderer is None:
+        return None
+    per_instance = [renderer.rgb_frame(env, instance) for instance in range(env.num_envs)]
+    return tuple(per_instance[row // env.agents_per_env] for row in range(env.num_agents))
+
+
+# ---- attributes of the rows, which all share one batch ------------------------------------
+
+def _rows(env, indices):
+    """Validated row indices (None: all rows)."""
+    if indices is None:
+        return list(range(env.num_agents))
+    rows = [indices] if isinstance(indices, (int, np.integer)) else list(indices)
+    for row in rows:
+        if isinstance(row, bool) or not isinstance(row, (int, np.integer)) \
+                or not 0 <= row < env.num_agents:
+            raise IndexError(f"index {row!r} out of range [0, {env.num_agents})")
+    return [int(row) for row in rows]
+
+
+def _row_values(owner, env, name, rows):
+    """Attribute `name` of each row: the batch's (or the adapter's) value, row
+    by row for per-row buffers."""
+    source = env if hasattr(env, name) else owner
+    if not hasattr(source, name):
+        raise AttributeError(f"neither the env nor its adapter has an attribute {name!r}")
+    value = getattr(source, name)
+    if isinstance(value, np.ndarray) and value.ndim >= 1 and value.shape[0] == env.num_agents:
+        return [value[row] for row in rows]
+    return [value] * len(rows)
+
+
+def _whole_batch(env, rows, what):
+    if sorted(set(rows)) != list(range(env.num_agents)):
+        raise ValueError(f"{what} acts on the whole batch, which every row shares; it cannot "
+                         f"act on rows {rows} alone (pass indices=None)")
+
+
+def _set_batch_attr(owner, env, name, values):
+    """Sets `name` on the batch (or on the adapter, for its own attributes)."""
+    if isinstance(values, (list, tuple)):
+        if len(values) != env.num_agents:
+            raise ValueError(f"values must hold one value per sub-env ({env.num_agents}) or be "
+                             f"a single value, got {len(values)}")
+        first = values[0]
+        if any(value is not first and value != first for value in values[1:]):
+            raise ValueError(f"every row shares the batch's {name!r}: give one value, not "
+                             "different values per row")
+        values = first
+    target = owner if hasattr(owner, name) and not hasattr(env, name) else env
+    setattr(target, name, values)
+
+
+# ---- episode records, as Gymnasium's RecordEpisodeStatistics writes them ------------------
+
+class _EpisodeRecorder:
+    """Per-row return, length and start time of the running episodes, and the
+    infos["episode"] / infos["_episode"] entries for rows that finished.
+
+    "r" (float64), "l" (int64) and "t" (seconds, rounded to 1e-6) are what
+    gymnasium.wrappers.vector.RecordEpisodeStatistics writes, zero on rows that
+    did not finish; a native batch adds each of its episode statistics (its
+    `stat_names`: e.g. success, delivered) under its own name, taken from the
+    batch's per-instance counters, which this reads and clears.
+    """
+
+    def __init__(self, env):
+        self.env = env
+        rows = env.num_agents
+        self.returns = np.zeros(rows, np.float64)
+        self.lengths = np.zeros(rows, np.int64)
+        self.starts = np.full(rows, time.perf_counter())
+        self.per_instance = hasattr(env, "instance_stats")
+
+    def restart(self, rows=slice(None)):
+        self.returns[rows] = 0.0
+        self.lengths[rows] = 0
+        self.starts[rows] = time.perf_counter()
+
+    def record(self, rewards, stepped, ended, infos):
+        self.returns[stepped] += rewards[stepped]
+        self.lengths[stepped] += 1
+        if not ended.any():
+            return
+        now = time.perf_counter()
+        episode = {"r": np.where(ended, self.returns, 0.0),
+                   "l": np.where(ended, self.lengths, 0),
+                   "t": np.where(ended, np.round(now - self.starts, 6), 0.0)}
+        if self.per_instance:
+            counts, sums = self.env.instance_stats(clear=True)
+            means = sums / np.maximum(counts, 1)[:, None]
+            per_row = np.repeat(means, self.env.agents_per_env, axis=0)
+            for k, name in enumerate(self.env.stat_names):
+                episode[name] = np.where(ended, per_row[:, k], 0.0)
+        infos["episode"] = episode
+        infos["_episode"] = ended.copy()
+        self.restart(ended)
+
+
+# ---- Gymnasium ------------------------------------------------------------------------------
 
 class GymnasiumVectorEnv(VectorEnv):
     """A Gymnasium VectorEnv over any Peregrine env (native batch or backend).
 
-    Autoreset mode SAME_STEP: an ended sub-env is reset inside the step that
-    ended it; its last observation is in infos["final_obs"] (an object array,
-    None where the sub-env did not end) with the boolean mask
-    infos["_final_obs"], exactly as Gymnasium's own vector envs report it.
+    autoreset_mode (chosen at construction; see
+    https://farama.org/Vector-Autoreset-Mode):
+      NEXT_STEP (Gymnasium's default): a sub-env that ends returns its last
+        observation; the next step returns the first observation of a new
+        episode with reward 0 and no flags, and ignores that row's action.
+        Built on the native batch's `hold` (the ended instances are not
+        stepped), so it needs a native batch.
+      SAME_STEP: an ended sub-env is reset inside the step that ended it; its
+        last observation is in infos["final_obs"] (an object array, None where
+        the sub-env did not end) with the mask infos["_final_obs"]. Works over
+        every backend.
+      DISABLED: an ended sub-env returns its last observation and must be
+        reset with reset(options={"reset_mask": mask}) before it is stepped
+        again; stepping it earlier is refused. Needs a native batch.
+      Default (None): NEXT_STEP on a native batch, SAME_STEP on a backend.
+    record_episode_statistics: put infos["episode"]/infos["_episode"] for the
+      rows that finished, as gymnasium.wrappers.vector.RecordEpisodeStatistics
+      does (so loggers written for it, such as CleanRL's, work as they are).
+      Pass False to wrap this env in that wrapper yourself (it refuses to
+      overwrite the key).
+    render_mode: None or "rgb_array" for envs with a renderer (drone_swarm):
+      render() returns one frame per sub-env, each row showing its instance.
+      A row that just ended shows the next episode's start (the batch resets
+      inside the step).
+
+    reset(seed=...): an int reseeds every instance from (seed, instance index),
+    as the native env does; a list gives each sub-env its own seed (None
+    entries keep their stream; rows of one multi-agent instance must agree):
+    an instance seeded s then plays as a one-instance env made with seed s.
+    reset(options={"reset_mask": mask}) resets only the masked sub-envs (with
+    an int seed, instance i of them gets seed + i). Lists and partial resets
+    need a native batch; on a backend they are refused.
     """
 
-    def __init__(self, env, copy: bool = True):
+    def __init__(self, env, copy: bool = True, autoreset_mode=None,
+                 record_episode_statistics: bool = True, render_mode: str | None = None):
         self.env = env
         self.copy = copy
         self.num_envs = env.num_agents
@@ -41,37 +214,178 @@ class GymnasiumVectorEnv(VectorEnv):
         self.single_action_space = env.single_action_space
         self.observation_space = env.observation_space
         self.action_space = env.action_space
-        self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
-        self.render_mode = None
+        native = hasattr(env, "reset_instances")
+        if autoreset_mode is None:
+            autoreset_mode = AutoresetMode.NEXT_STEP if native else AutoresetMode.SAME_STEP
+        try:
+            autoreset_mode = AutoresetMode(autoreset_mode)
+        except ValueError:
+            raise ValueError(f"autoreset_mode must be one of {[m.value for m in AUTORESET_MODES]},"
+                             f" got {autoreset_mode!r}") from None
+        if autoreset_mode != AutoresetMode.SAME_STEP and not native:
+            raise ValueError(f"autoreset_mode {autoreset_mode.value!r} needs a native batch "
+                             f"(peregrine.make(name, ...)); {type(env).__name__} resets inside "
+                             "its step: use autoreset_mode='SameStep'")
+        self.autoreset_mode = autoreset_mode
+        self._renderer = _renderer(env, render_mode)
+        self.render_mode = render_mode
+        self.metadata = {"autoreset_mode": autoreset_mode,
+                         "render_modes": ["rgb_array"] if self._renderer else []}
+        if self._renderer is not None:
+            self.metadata["render_fps"] = self._renderer.RENDER_FPS
+        self._episodes = _EpisodeRecorder(env) if record_episode_statistics else None
+        self._ended = np.zeros(self.num_envs, bool)  # rows that ended on the last step
         self.closed = False
+
+    # ---- reset -------------------------------------------------------------------------
+    def reset(self, *, seed=None, options=None):
+        options = dict(options or {})
+        reset_mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}: Peregrine envs take only "
+                             "'reset_mask' (configure the env when you make it)")
+        if reset_mask is None:
+            if seed is None or isinstance(seed, (int, np.integer)):
+                self.env.reset(seed=seed)
+            else:
+                self._reset_instances(np.ones(self.env.num_envs, bool), self._row_seeds(seed))
+            self._ended[:] = False
+            if self._episodes is not None:
+                self._episodes.restart()
+            return self._out(self.env.observations), {}
+        rows = self._check_reset_mask(reset_mask)
+        instances = self._instances_of(rows, "options['reset_mask']")
+        if seed is None:
+            seeds = None
+        elif isinstance(seed, (int, np.integer)):
+            seeds = [int(seed) + i for i in range(self.env.num_envs)]
+        else:
+            seeds = self._row_seeds(seed)
+        # Rows that ended were already reset by the batch inside that step: they
+        # only need a reset of their own when given a seed.
+        fresh = ~self._ended.reshape(self.env.num_envs, -1).any(axis=1)
+        if seeds is not None:
+            fresh |= np.array([s is not None for s in seeds])
+        if (instances & fresh).any():
+            self._reset_instances(instances & fresh, seeds)
+        self._ended[rows] = False
+        if self._episodes is not None:
+            self._episodes.restart(rows)
+        observations = self.env.observations.copy()
+        # sub-envs outside the mask that ended still show their last observation
+        observations[self._ended] = self.env.final_observations[self._ended]
+        return observations, {}
+
+    def _reset_instances(self, instances, seeds):
+        if not hasattr(self.env, "reset_instances"):
+            raise ValueError(f"per-sub-env seeds and reset_mask need a native batch "
+                             f"(peregrine.make(name, ...)); {type(self.env).__name__} resets "
+                             "all its envs at once: reset(seed=int) without reset_mask")
+        self.env.reset_instances(instances, seeds)
+
+    def _check_reset_mask(self, mask):
+        if not isinstance(mask, np.ndarray) or mask.dtype != np.bool_ \
+                or mask.shape != (self.num_envs,):
+            raise ValueError(f"options['reset_mask'] must be a NumPy bool array of shape "
+                             f"({self.num_envs},), got {getattr(mask, 'dtype', type(mask))} "
+                             f"{getattr(mask, 'shape', '')}")
+        if not mask.any():
+            raise ValueError("options['reset_mask'] must select at least one sub-env")
+        return mask.copy()
+
+    def _instances_of(self, rows, what):
+        """Per-instance view of a per-row bool array; rows of an instance must agree."""
+        per_instance = rows.reshape(self.env.num_envs, self.env.agents_per_env)
+        if (per_instance.any(axis=1) != per_instance.all(axis=1)).any():
+            raise ValueError(f"{what}: the {self.env.agents_per_env} rows of one instance "
+                             "(agents of one multi-agent env) must be selected together")
+        return per_instance[:, 0].copy()
+
+    def _row_seeds(self, seed):
+        """Per-instance seeds from one seed (or None) per sub-env."""
+        seeds = list(seed)
+        if len(seeds) != self.num_envs:
+            raise ValueError(f"seed as a list must hold one seed per sub-env ({self.num_envs}),"
+                             f" got {len(seeds)}")
+        agents = self.env.agents_per_env
+        per_instance = []
+        for instance in range(self.env.num_envs):
+            group = seeds[instance * agents:(instance + 1) * agents]
+            if any(s != group[0] for s in group):
+                raise ValueError(f"seed: the rows {instance * agents}..{(instance + 1) * agents - 1}"
+                                 f" are agents of one instance and need one seed, got {group}")
+            per_instance.append(group[0])
+        return per_instance
+
+    # ---- step ----------------------------------------------------------------------------
+    def step(self, actions):
+        actions = _as_actions(self.env, actions)
+        mode, ended_before = self.autoreset_mode, self._ended
+        held = None
+        if ended_before.any():
+            if mode == AutoresetMode.DISABLED:
+                rows = np.flatnonzero(ended_before).tolist()
+                raise RuntimeError(f"sub-envs {rows} ended and autoreset is disabled: reset them "
+                                   "with reset(options={'reset_mask': mask}) before stepping")
+            if mode == AutoresetMode.NEXT_STEP:
+                held = ended_before.reshape(self.env.num_envs, -1).any(axis=1)
+        if held is None:
+            observations, rewards, terminals, truncations, _ = self.env.step(actions)
+        else:
+            observations, rewards, terminals, truncations, _ = self.env.step(actions, hold=held)
+        ended = terminals | truncations
+        infos = {}
+        if mode == AutoresetMode.SAME_STEP:
+            observations = self._out(observations)
+            if ended.any():
+                final = np.full(self.num_envs, None, dtype=object)
+                for row in np.flatnonzero(ended):
+                    final[row] = self.env.final_observations[row].copy()
+                infos["final_obs"] = final
+                infos["_final_obs"] = ended.copy()
+                infos["final_info"] = {}
+                infos["_final_info"] = ended.copy()
+        else:
+            if ended.any():  # the batch already reset them: show the episodes' last observations
+                observations = observations.copy()
+                observations[ended] = self.env.final_observations[ended]
+            else:
+                observations = self._out(observations)
+        if self._episodes is not None:
+            stepped = ~ended_before if held is not None else slice(None)
+            if held is not None:
+                self._episodes.restart(ended_before)
+            self._episodes.record(rewards, stepped, ended, infos)
+        self._ended = ended.copy() if mode != AutoresetMode.SAME_STEP else self._ended
+        masks = self.env.masks
+        if not masks.all():
+            infos["masks"] = masks.copy()
+        return (observations, self._out(rewards), self._out(terminals), self._out(truncations),
+                infos)
 
     def _out(self, array):
         return array.copy() if self.copy else array
 
-    def reset(self, *, seed=None, options=None):
-        if isinstance(seed, (list, tuple)):
-            seed = seed[0]
-        observations, _ = self.env.reset(seed=seed)
-        return self._out(observations), {}
+    # ---- the rest of the VectorEnv API ------------------------------------------------------
+    def render(self):
+        return _frames(self.env, self._renderer)
 
-    def step(self, actions):
-        observations, rewards, terminals, truncations, _ = self.env.step(
-            _as_actions(self.env, actions))
-        infos = {}
-        ended = terminals | truncations
-        if ended.any():
-            final = np.full(self.num_envs, None, dtype=object)
-            for row in np.flatnonzero(ended):
-                final[row] = self.env.final_observations[row].copy()
-            infos["final_obs"] = final
-            infos["_final_obs"] = ended.copy()
-            infos["final_info"] = {}
-            infos["_final_info"] = ended.copy()
-        masks = self.env.masks
-        if not masks.all():
-            infos["masks"] = masks.copy()
-        return (self._out(observations), self._out(rewards), self._out(terminals),
-                self._out(truncations), infos)
+    def get_attr(self, name):
+        return tuple(_row_values(self, self.env, name, _rows(self.env, None)))
+
+    def set_attr(self, name, values):
+        _set_batch_attr(self, self.env, name, values)
+
+    def call(self, name, *args, **kwargs):
+        """Calls the batch's method `name` once (every row shares it); its result
+        is repeated per sub-env. A non-callable attribute is read like get_attr."""
+        if name == "render":
+            return self.render()
+        attribute = getattr(self.env, name, None) if hasattr(self.env, name) else \
+            getattr(self, name)
+        if not callable(attribute):
+            return self.get_attr(name)
+        return (attribute(*args, **kwargs),) * self.num_envs
 
     def close_extras(self, **kwargs):
         self.env.close()
@@ -83,6 +397,104 @@ class GymnasiumVectorEnv(VectorEnv):
         self.close()
 
 
+class GymnasiumEnv(Env):
+    """One instance of a native env as a gymnasium.Env: gymnasium.make's entry point.
+
+        env = gymnasium.make("peregrine/CartPole-v1")           # or GymnasiumEnv("cartpole")
+        observation, info = env.reset(seed=0)
+        observation, reward, terminated, truncated, info = env.step(env.action_space.sample())
+
+    Spaces are the native env's single spaces (a Discrete action space keeps
+    the batch's int32 dtype; any integer action in range is accepted). The
+    episode ends at the env's own limit (its `max_steps` config field);
+    gymnasium.make(..., max_episode_steps=k) adds Gymnasium's TimeLimit as for
+    any env. The batch resets an ended instance inside the step: reset()
+    without a seed after an episode ended returns that already drawn start
+    (stepping without reset() continues from it). Keyword arguments are the
+    env's config fields (and preset=).
+
+    Multi-agent envs (drone_swarm with n_drones > 1) have no single-agent view:
+    use gymnasium.make_vec (one sub-env per agent) or the PettingZoo export
+    peregrine.envs.drone_swarm.parallel_env.
+    """
+
+    metadata = {"render_modes": ["rgb_array"]}  # the modes some envs have; see __init__
+
+    def __init__(self, name: str, render_mode: str | None = None, **config):
+        cls = env_class(name)
+        batch = cls(num_envs=1, seed=None, **config)
+        if batch.agents_per_env != 1:
+            batch.close()
+            raise ValueError(f"{name} with {batch.agents_per_env} agents per env has no "
+                             "single-agent gymnasium.Env view: use gymnasium.make_vec (one "
+                             f"sub-env per agent), or peregrine.envs.{name}.parallel_env for "
+                             "PettingZoo")
+        self.batch = batch
+        try:
+            self._renderer = _renderer(batch, render_mode)
+        except (TypeError, ValueError):
+            batch.close()
+            raise
+        self.render_mode = render_mode
+        self.metadata = {"render_modes": ["rgb_array"] if self._renderer else []}
+        if self._renderer is not None:
+            self.metadata["render_fps"] = self._renderer.RENDER_FPS
+        self.observation_space = batch.single_observation_space
+        self.action_space = batch.single_action_space
+        self._actions = np.zeros_like(batch.actions)
+        self._start_drawn = False  # the batch reset the instance when its episode ended
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}: Peregrine envs take no "
+                             "reset options (configure the env when you make it)")
+        if seed is not None or not self._start_drawn:
+            self.batch.reset(seed=seed)
+        self._start_drawn = False
+        return self.batch.observations[0].copy(), {}
+
+    def step(self, action):
+        self._actions[0] = _as_actions(self.batch, action)[0]
+        observations, rewards, terminals, truncations, _ = self.batch.step(self._actions)
+        ended = bool(terminals[0] or truncations[0])
+        self._start_drawn = ended
+        observation = (self.batch.final_observations if ended else observations)[0].copy()
+        return observation, float(rewards[0]), bool(terminals[0]), bool(truncations[0]), {}
+
+    def render(self):
+        frames = _frames(self.batch, self._renderer)
+        return None if frames is None else frames[0]
+
+    def close(self):
+        self.batch.close()
+
+
+def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
+                         seed: int | None = None, autoreset_mode=None,
+                         record_episode_statistics: bool = True,
+                         render_mode: str | None = None, max_episode_steps: int | None = None,
+                         **config) -> GymnasiumVectorEnv:
+    """gymnasium.make_vec's entry point: a native batch of `num_envs` instances
+    of env `name` behind GymnasiumVectorEnv (one sub-env per agent row).
+    num_threads and the env's config fields (and preset=) go to the batch;
+    max_episode_steps is the batch's max_steps."""
+    if max_episode_steps is not None:
+        if "max_steps" in config:
+            raise ValueError("give max_episode_steps or max_steps, not both")
+        config["max_steps"] = max_episode_steps
+    batch = env_class(name)(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
+    try:
+        return GymnasiumVectorEnv(batch, autoreset_mode=autoreset_mode,
+                                  record_episode_statistics=record_episode_statistics,
+                                  render_mode=render_mode)
+    except Exception:
+        batch.close()
+        raise
+
+
+# ---- Stable-Baselines3 ---------------------------------------------------------------------------
+
 def sb3_vec_env(env):
     """An SB3 VecEnv over a Peregrine env (requires stable-baselines3)."""
     from stable_baselines3.common.vec_env import VecEnv
@@ -91,15 +503,20 @@ def sb3_vec_env(env):
         """SB3's VecEnv interface: dones = terminals | truncations, the final
         observation in info["terminal_observation"], info["TimeLimit.truncated"]
         for bootstrapping, and info["episode"] (return, length) so SB3 logs
-        episode statistics like its Monitor wrapper does."""
+        episode statistics like its Monitor wrapper does.
+
+        seed(s) then reset() reseeds the batch from s (SB3 derives s + i for
+        env i; the batch derives every instance's stream from s, so s alone
+        determines all rows). info["episode"] also holds the env's own
+        statistics (see _EpisodeRecorder); its "t" is, as in SB3's Monitor,
+        the seconds since the VecEnv was made."""
 
         def __init__(self, env):
             self.env = env
             self.render_mode = None
             super().__init__(env.num_agents, env.single_observation_space,
                              env.single_action_space)
-            self._returns = np.zeros(env.num_agents, np.float64)
-            self._lengths = np.zeros(env.num_agents, np.int64)
+            self._episodes = _EpisodeRecorder(env)
             self._start = time.perf_counter()
             self._actions = None
 
@@ -108,8 +525,7 @@ def sb3_vec_env(env):
             observations, _ = self.env.reset(seed=seed)
             self._reset_seeds()
             self._reset_options()
-            self._returns[:] = 0
-            self._lengths[:] = 0
+            self._episodes.restart()
             return observations.copy()
 
         def step_async(self, actions):
@@ -117,43 +533,36 @@ def sb3_vec_env(env):
 
         def step_wait(self):
             observations, rewards, terminals, truncations, _ = self.env.step(self._actions)
-            self._returns += rewards
-            self._lengths += 1
             dones = terminals | truncations
+            records = {}
+            self._episodes.record(rewards, slice(None), dones, records)
             infos = [{} for _ in range(self.num_envs)]
             for row in np.flatnonzero(dones):
                 info = infos[row]
                 info["terminal_observation"] = self.env.final_observations[row].copy()
                 info["TimeLimit.truncated"] = bool(truncations[row] and not terminals[row])
-                info["episode"] = {"r": float(self._returns[row]), "l": int(self._lengths[row]),
-                                   "t": round(time.perf_counter() - self._start, 6)}
-                self._returns[row] = 0.0
-                self._lengths[row] = 0
+                episode = {key: values[row].item() for key, values in records["episode"].items()}
+                episode["t"] = round(time.perf_counter() - self._start, 6)
+                info["episode"] = episode
             return observations.copy(), rewards.copy(), dones, infos
 
         def close(self):
             self.env.close()
 
         def get_attr(self, attr_name, indices=None):
-            value = getattr(self, attr_name) if attr_name == "render_mode" else \
-                getattr(self.env, attr_name)
-            return [value] * len(self._indices(indices))
+            return _row_values(self, self.env, attr_name, _rows(self.env, indices))
 
         def set_attr(self, attr_name, value, indices=None):
-            setattr(self.env, attr_name, value)
+            _whole_batch(self.env, _rows(self.env, indices), f"set_attr({attr_name!r})")
+            _set_batch_attr(self, self.env, attr_name, value)
 
         def env_method(self, method_name, *method_args, indices=None, **method_kwargs):
+            rows = _rows(self.env, indices)
+            _whole_batch(self.env, rows, f"env_method({method_name!r})")
             result = getattr(self.env, method_name)(*method_args, **method_kwargs)
-            return [result] * len(self._indices(indices))
+            return [result] * len(rows)
 
         def env_is_wrapped(self, wrapper_class, indices=None):
-            return [False] * len(self._indices(indices))
-
-        def _indices(self, indices):
-            if indices is None:
-                return range(self.num_envs)
-            if isinstance(indices, int):
-                return [indices]
-            return list(indices)
+            return [False] * len(_rows(self.env, indices))
 
     return SB3VecEnv(env)

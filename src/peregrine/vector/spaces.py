@@ -9,9 +9,11 @@ is float32 unless the whole space is one uint8 Box (kept uint8: images).
 float32 holds integers exactly up to 2**24, far above any Discrete size.
 
 Actions become one of the three native action kinds: Discrete -> Discrete
-int32, MultiDiscrete/MultiBinary/nested discrete -> MultiDiscrete int32,
-Box/nested Box -> Box float32 with the original bounds. A nesting that mixes
-discrete and continuous leaves is refused.
+and MultiDiscrete -> MultiDiscrete, both keeping the wrapped space's integer
+dtype (Gymnasium's int64 by default, so the env's own samples are accepted),
+MultiBinary/nested discrete -> MultiDiscrete int32, Box/nested Box -> Box
+float32 with the original bounds. A nesting that mixes discrete and
+continuous leaves is refused.
 """
 from __future__ import annotations
 
@@ -134,7 +136,7 @@ class FlatAction:
         continuous = [isinstance(leaf, spaces.Box) for _, leaf in all_leaves]
         if any(continuous) and not all(continuous):
             raise ValueError(f"action space {space!r} mixes discrete and continuous leaves; "
-                             "Peregrine's flat actions are all int32 or all float32")
+                             "Peregrine's flat actions are all integers or all float32")
         self.continuous = all(continuous)
         self._leaves = all_leaves
         self._simple = len(all_leaves) == 1 and all_leaves[0][0] == ()
@@ -144,7 +146,10 @@ class FlatAction:
             self.space = spaces.Box(low.astype(np.float32), high.astype(np.float32),
                                     (low.size,), np.float32)
         elif self._simple and isinstance(space, spaces.Discrete):
-            self.space = spaces.Discrete(int(space.n), dtype=np.int32)
+            self.space = spaces.Discrete(int(space.n), dtype=space.dtype)
+        elif self._simple and isinstance(space, spaces.MultiDiscrete):
+            self.space = spaces.MultiDiscrete(np.asarray(space.nvec).ravel().astype(np.int64),
+                                              dtype=space.dtype)
         else:
             nvec = [np.asarray(leaf.nvec).ravel() if isinstance(leaf, spaces.MultiDiscrete)
                     else np.array([leaf.n]) if isinstance(leaf, spaces.Discrete)

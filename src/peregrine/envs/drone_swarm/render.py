@@ -183,3 +183,13 @@ def render_episode(env, policy, out_path, instance: int = 0, max_steps: int | No
     frames[0].save(out_path, save_all=True, append_images=frames[1:], duration=durations, loop=0,
                    optimize=True, disposal=1)
     return {"frames": len(frames), "steps": steps, "path": str(out_path), "delivered": delivered}
+
+
+RENDER_FPS = 12  # frames per second of recorded videos (Gymnasium's render_fps)
+
+
+def rgb_frame(env, instance: int = 0, size: int = 200) -> np.ndarray:
+    """The frame of one instance of `env` now, as RGB uint8 [size, size, 3]
+    (the Gymnasium exports' render())."""
+    return np.asarray(draw_frame(decode_state(env.get_state(instance), env.config), env.config,
+                                 size))

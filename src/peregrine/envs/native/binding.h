@@ -138,6 +138,10 @@ typedef struct {
     pid_t owner_pid; /* a forked child has no workers: it runs serially */
     Env *env;
     int op; /* 0 = step, 1 = reset */
+    /* Instances the op covers: all when NULL, else those whose byte in
+     * `selection` is nonzero exactly when `selected` is (see pg_run_range). */
+    const uint8_t *selection;
+    int selected;
     int num_envs;
     int chunk_size;
     _Alignas(64) atomic_ulong generation;
@@ -153,10 +157,28 @@ typedef struct {
     int lane;
 } PgWorkerArg;
 
-static void pg_run_range(Env *env, int op, int start, int end) {
-    if (start >= end) return;
+static void pg_run_span(Env *env, int op, int start, int end) {
     if (op == 0) env_step(env, start, end);
     else env_reset(env, start, end);
+}
+
+/* Runs the pool's op on the covered instances of [start, end). With a
+ * selection (a step that holds some instances, a reset of some), each run of
+ * consecutive covered instances goes to the env in one call, so the env's
+ * vectorized passes still see long ranges. */
+static void pg_run_range(const PgPool *pool, int start, int end) {
+    const uint8_t *selection = pool->selection;
+    if (!selection) {
+        if (start < end) pg_run_span(pool->env, pool->op, start, end);
+        return;
+    }
+    int i = start;
+    while (i < end) {
+        while (i < end && (selection[i] != 0) != pool->selected) i++;
+        int first = i;
+        while (i < end && (selection[i] != 0) == pool->selected) i++;
+        if (first < i) pg_run_span(pool->env, pool->op, first, i);
+    }
 }
 
 static inline void pg_cpu_relax(void) {
@@ -188,7 +210,7 @@ static int pg_claim_one(PgPool *pool, unsigned long gen, int lane) {
         long end = start + pool->chunk_size;
         if (start > pool->num_envs) start = pool->num_envs;
         if (end > pool->num_envs) end = pool->num_envs;
-        pg_run_range(pool->env, pool->op, (int)start, (int)end);
+        pg_run_range(pool, (int)start, (int)end);
         atomic_fetch_add(&pool->chunks_done, 1);
         return 1;
     }
@@ -230,14 +252,17 @@ static void *pg_worker_main(void *raw) {
     }
 }
 
-/* Runs op over every instance; called with the GIL released. */
-static void pg_pool_run(PgPool *pool, int op) {
+/* Runs op over the instances `selection` covers (all when NULL); called with
+ * the GIL released. */
+static void pg_pool_run(PgPool *pool, int op, const uint8_t *selection, int selected) {
+    pool->op = op;
+    pool->selection = selection;
+    pool->selected = selected;
     if (pool->started == 0 || pool->owner_pid != getpid()) {
-        pg_run_range(pool->env, op, 0, pool->num_envs);
+        pg_run_range(pool, 0, pool->num_envs);
         return;
     }
     unsigned long gen = atomic_load(&pool->generation) + 1;
-    pool->op = op;
     atomic_store(&pool->chunks_done, 0);
     for (int lane = 0; lane < pool->num_threads; lane++)
         atomic_store(&pool->lanes[lane].ticket, (unsigned long long)(gen & 0xFFFFFFFFUL) << 32);
@@ -496,8 +521,10 @@ static int pg_check_ready(PgBatchObject *self) {
     return 0;
 }
 
-/* Runs op on all instances without the GIL; refuses concurrent use. */
-static PyObject *pg_batch_run(PgBatchObject *self, int op) {
+/* Runs op without the GIL on the instances `selection` covers (all when
+ * NULL, see pg_run_range); refuses concurrent use. */
+static PyObject *pg_batch_run(PgBatchObject *self, int op, const uint8_t *selection,
+                              int selected) {
     int expected = 0;
     if (!atomic_compare_exchange_strong(&self->busy, &expected, 1)) {
         PyErr_SetString(PyExc_RuntimeError,
@@ -505,7 +532,7 @@ static PyObject *pg_batch_run(PgBatchObject *self, int op) {
         return NULL;
     }
     Py_BEGIN_ALLOW_THREADS
-    pg_pool_run(self->pool, op);
+    pg_pool_run(self->pool, op, selection, selected);
     Py_END_ALLOW_THREADS
     atomic_store(&self->busy, 0);
     Py_RETURN_NONE;
@@ -520,16 +547,69 @@ static PyObject *pg_batch_seed(PgBatchObject *self, PyObject *arg) {
     Py_RETURN_NONE;
 }
 
-static PyObject *pg_batch_reset(PgBatchObject *self, PyObject *Py_UNUSED(ignored)) {
+static int pg_check_instance(PgBatchObject *self, int instance) {
+    if (instance < 0 || instance >= self->env->pg.num_envs) {
+        PyErr_Format(PyExc_IndexError, "instance %d out of range [0, %d)", instance,
+                     self->env->pg.num_envs);
+        return -1;
+    }
+    return 0;
+}
+
+/* seed_instance(instance, seed): restarts one instance's stream as instance 0
+ * of a batch seeded with `seed` would start it, so a per-instance seed means
+ * the same whatever the instance's index. */
+static PyObject *pg_batch_seed_instance(PgBatchObject *self, PyObject *args) {
+    int instance;
+    unsigned long long seed;
+    if (!PyArg_ParseTuple(args, "iK", &instance, &seed)) return NULL;
+    if (pg_check_ready(self) || pg_check_instance(self, instance)) return NULL;
+    self->env->pg.rng[instance] = pg_seed_instance((uint64_t)seed, 0);
+    Py_RETURN_NONE;
+}
+
+/* Clears rewards and flags (and, for a reset, final observations) of the
+ * rows of every instance whose byte in `selection` is nonzero exactly when
+ * `selected` is; all rows when selection is NULL. */
+static void pg_clear_rows(PgBatch *pg, const uint8_t *selection, int selected,
+                          int final_observations) {
+    size_t agents = (size_t)pg->agents_per_env;
+    size_t obs_bytes = agents * (size_t)pg->obs_dim * (pg->obs_is_uint8 ? 1 : sizeof(float));
+    for (int i = 0; i < pg->num_envs; i++) {
+        if (selection && (selection[i] != 0) != selected) continue;
+        size_t row = (size_t)i * agents;
+        memset(pg->terminals + row, 0, agents);
+        memset(pg->truncations + row, 0, agents);
+        memset(pg->rewards + row, 0, agents * sizeof(float));
+        if (final_observations)
+            memset((char *)pg->final_observations + (size_t)i * obs_bytes, 0, obs_bytes);
+    }
+}
+
+/* An optional per-instance uint8/bool buffer argument (None: no selection). */
+static int pg_get_selection(PgBatchObject *self, PyObject *obj, const char *name,
+                            Py_buffer *view, int *have_view) {
+    *have_view = 0;
+    if (obj == Py_None) return 0;
+    if (pg_get_buffer(obj, view, name, 'B', self->env->pg.num_envs, 0) != 0) return -1;
+    *have_view = 1;
+    return 0;
+}
+
+/* reset(mask=None): fresh episodes in every instance, or only in those where
+ * mask (uint8/bool [num_envs]) is set; other instances are left as they are. */
+static PyObject *pg_batch_reset(PgBatchObject *self, PyObject *args) {
+    PyObject *mask_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "|O", &mask_obj)) return NULL;
     if (pg_check_ready(self)) return NULL;
-    PgBatch *pg = &self->env->pg;
-    size_t rows = (size_t)pg->num_envs * pg->agents_per_env;
-    memset(pg->terminals, 0, rows);
-    memset(pg->truncations, 0, rows);
-    memset(pg->rewards, 0, rows * sizeof(float));
-    memset(pg->final_observations, 0,
-           rows * (size_t)pg->obs_dim * (pg->obs_is_uint8 ? 1 : sizeof(float)));
-    return pg_batch_run(self, 1);
+    Py_buffer mask;
+    int have_mask;
+    if (pg_get_selection(self, mask_obj, "mask", &mask, &have_mask) != 0) return NULL;
+    const uint8_t *selection = have_mask ? (const uint8_t *)mask.buf : NULL;
+    pg_clear_rows(&self->env->pg, selection, 1, 1);
+    PyObject *result = pg_batch_run(self, 1, selection, 1);
+    if (have_mask) PyBuffer_Release(&mask);
+    return result;
 }
 
 /* Refuses out-of-range discrete actions before any state changes. The fast
@@ -565,27 +645,38 @@ static int pg_check_discrete(const PgBatch *pg, const int32_t *actions) {
     return 0;
 }
 
+/* step(actions=None, hold=None): steps every instance, or every instance
+ * whose byte in hold (uint8/bool [num_envs]) is 0. A held instance is left as
+ * it is (state, observations, statistics, random stream); its rows report
+ * reward 0 and no terminal or truncation. */
 static PyObject *pg_batch_step(PgBatchObject *self, PyObject *args) {
-    PyObject *actions_obj = Py_None;
-    if (!PyArg_ParseTuple(args, "|O", &actions_obj)) return NULL;
+    PyObject *actions_obj = Py_None, *hold_obj = Py_None;
+    if (!PyArg_ParseTuple(args, "|OO", &actions_obj, &hold_obj)) return NULL;
     if (pg_check_ready(self)) return NULL;
     PgBatch *pg = &self->env->pg;
     void *own_actions = pg->actions;
-    Py_buffer view;
-    int have_view = 0;
+    Py_buffer view, hold;
+    int have_view = 0, have_hold;
+    if (pg_get_selection(self, hold_obj, "hold", &hold, &have_hold) != 0) return NULL;
     if (actions_obj != Py_None && actions_obj != self->views[PG_BUF_ACTIONS].obj) {
         char kind = pg->action_kind == PG_ACTION_CONTINUOUS ? 'f' : 'i';
-        if (pg_get_buffer(actions_obj, &view, "actions", kind, pg_action_count(pg), 0) != 0)
+        if (pg_get_buffer(actions_obj, &view, "actions", kind, pg_action_count(pg), 0) != 0) {
+            if (have_hold) PyBuffer_Release(&hold);
             return NULL;
+        }
         have_view = 1;
         pg->actions = view.buf;
     }
+    const uint8_t *selection = have_hold ? (const uint8_t *)hold.buf : NULL;
     PyObject *result = NULL;
     if (pg->action_kind == PG_ACTION_CONTINUOUS ||
-        pg_check_discrete(pg, (const int32_t *)pg->actions) == 0)
-        result = pg_batch_run(self, 0);
+        pg_check_discrete(pg, (const int32_t *)pg->actions) == 0) {
+        result = pg_batch_run(self, 0, selection, 0);
+        if (result && selection) pg_clear_rows(pg, selection, 1, 0);
+    }
     pg->actions = own_actions;
     if (have_view) PyBuffer_Release(&view);
+    if (have_hold) PyBuffer_Release(&hold);
     return result;
 }
 
@@ -628,15 +719,6 @@ static PyObject *pg_batch_instance_stats(PgBatchObject *self, PyObject *args) {
     PyObject *out = PyBytes_FromStringAndSize((const char *)pg->stats, (Py_ssize_t)size);
     if (out && clear) memset(pg->stats, 0, size);
     return out;
-}
-
-static int pg_check_instance(PgBatchObject *self, int instance) {
-    if (instance < 0 || instance >= self->env->pg.num_envs) {
-        PyErr_Format(PyExc_IndexError, "instance %d out of range [0, %d)", instance,
-                     self->env->pg.num_envs);
-        return -1;
-    }
-    return 0;
 }
 
 static PyObject *pg_batch_get_state(PgBatchObject *self, PyObject *args) {
@@ -713,8 +795,12 @@ static PyObject *pg_batch_get_num_threads(PgBatchObject *self, void *Py_UNUSED(c
 
 static PyMethodDef pg_batch_methods[] = {
     {"seed", (PyCFunction)pg_batch_seed, METH_O, "Give every instance its own stream."},
-    {"reset", (PyCFunction)pg_batch_reset, METH_NOARGS, "Start fresh episodes everywhere."},
-    {"step", (PyCFunction)pg_batch_step, METH_VARARGS, "Step every instance once."},
+    {"seed_instance", (PyCFunction)pg_batch_seed_instance, METH_VARARGS,
+     "Restart one instance's stream from its own seed."},
+    {"reset", (PyCFunction)pg_batch_reset, METH_VARARGS,
+     "Start fresh episodes everywhere, or in the masked instances."},
+    {"step", (PyCFunction)pg_batch_step, METH_VARARGS,
+     "Step every instance once, except the held ones."},
     {"stats", (PyCFunction)pg_batch_stats, METH_VARARGS,
      "(episodes, sums, sums_of_squares) of finished episodes; clears by default."},
     {"instance_stats", (PyCFunction)pg_batch_instance_stats, METH_VARARGS,

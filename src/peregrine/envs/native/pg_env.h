@@ -37,6 +37,8 @@
  * Rules for env_step (all envs):
  *   - Instances in [start, end) only; different ranges run on different threads
  *     at the same time, so touch nothing shared except through your own rows.
+ *     Ranges can start and end anywhere: a step that holds some instances, or
+ *     a reset of some, calls env_step/env_reset on the runs between them.
  *   - Never trust actions: NaN/inf floats are treated as 0 (pg_finite_or_zero);
  *     discrete actions were range-checked by the binding before the step.
  *   - On episode end: write the last observation into final_observations for
