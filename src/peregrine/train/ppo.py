@@ -52,7 +52,7 @@ from collections import deque
 import numpy as np
 import torch
 
-from . import environment
+from . import environment, torch_startup
 from .normalize import ObservationNormalizer, RewardScaler
 from .policy import Policy, describe_space
 
@@ -125,7 +125,7 @@ class Trainer:
         self.device = resolve_device(t.device)
         torch.set_num_threads(t.torch_threads)
         if t.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch_startup.use_deterministic_algorithms()
         torch.manual_seed(t.seed)
         self.owns_env = env is None
         self.env = environment.make_env(config) if env is None else env
@@ -145,8 +145,11 @@ class Trainer:
         self.total_updates = max(1, math.ceil(t.total_steps / self.batch_size))
         self.policy = Policy(env.single_observation_space, env.single_action_space, p).to(device)
         fused = device.type == "cpu"
+        # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
+        torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=t.learning_rate,
                                           eps=t.adam_eps, fused=fused)
+        self._optimizer_step = torch_startup.step_function(self.optimizer)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed)
 
@@ -542,7 +545,7 @@ class Trainer:
         loss.backward()
         if t.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
-        self.optimizer.step()
+        self._optimizer_step()
         if not record:
             return None
         with torch.no_grad():
