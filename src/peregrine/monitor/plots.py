@@ -4,8 +4,12 @@ Reads the trainer's ``run_dir/metrics.jsonl`` (one JSON object per update
 with at least ``global_step`` and ``episode_return``; lines without a
 ``global_step``, such as the closing ``{"status": ...}``, and lines a crash
 cut short are skipped) and draws episode return, and episode length and SPS
-where present, against env steps. Uses Matplotlib's Agg canvas directly, so
-it never touches pyplot's global backend state and works without a display.
+where present, against env steps.
+
+Drawn with Pillow's ImageDraw rather than Matplotlib: the figure is a few
+lines and ticks, and importing and rendering with Matplotlib cost about as
+long as a CartPole run trains (benchmarks/bench_cold_start.py), at the end of
+every run. No display is needed.
 """
 from __future__ import annotations
 
@@ -14,6 +18,10 @@ import math
 from pathlib import Path
 
 PNG_NAME = "learning_curve.png"
+WIDTH, PANEL_HEIGHT, TITLE_HEIGHT, AXIS_LABEL_HEIGHT = 700, 240, 36, 24
+MARGIN_LEFT, MARGIN_RIGHT, MARGIN_TOP, MARGIN_BOTTOM = 72, 18, 26, 22
+LINE, FAINT_LINE, GRID, AXIS, TEXT, MUTED = ((31, 119, 180), (199, 221, 236), (230, 230, 230),
+                                             (90, 90, 90), (20, 20, 20), (128, 128, 128))
 
 
 def read_jsonl(path) -> list[dict]:
@@ -51,14 +59,97 @@ def _smooth(values, window: int):
     return out
 
 
+def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
+    """About `count` round tick values (1, 2 or 5 times a power of ten apart)
+    covering [low, high]."""
+    if not (math.isfinite(low) and math.isfinite(high)) or high <= low:
+        return [low]
+    raw = (high - low) / max(count - 1, 1)
+    power = 10.0 ** math.floor(math.log10(raw))
+    step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    first = math.floor(low / step) * step
+    ticks, value = [], first
+    while value <= high + step * 1e-9:
+        ticks.append(round(value, 12))
+        value += step
+    if ticks[-1] < high:
+        ticks.append(round(value, 12))
+    return ticks
+
+
+def format_number(value: float) -> str:
+    """Compact tick label: 0.25, 40, 1.5k, 2M."""
+    magnitude = abs(value)
+    for limit, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if magnitude >= limit:
+            return f"{value / limit:.3g}{suffix}"
+    return f"{value:.3g}"
+
+
+def _font(size: int):
+    from PIL import ImageFont
+    try:
+        return ImageFont.load_default(size=size)
+    except TypeError:  # Pillow < 10.1: the fixed bitmap font
+        return ImageFont.load_default()
+
+
+def _draw_panel(draw, box, steps, values, label, x_range, font, show_x_labels):
+    left, top, right, bottom = box
+    draw.text((left, top - 18), label, fill=TEXT, font=font)
+    x_low, x_high = x_range
+    if values:
+        y_low, y_high = min(values), max(values)
+        if y_high == y_low:
+            y_low, y_high = y_low - 1.0, y_high + 1.0
+        y_ticks = nice_ticks(y_low, y_high)
+        y_low, y_high = min(y_ticks[0], y_low), max(y_ticks[-1], y_high)
+    else:
+        y_low, y_high, y_ticks = 0.0, 1.0, []
+
+    def to_pixel(x, y):
+        px = left + (x - x_low) / (x_high - x_low) * (right - left)
+        py = bottom - (y - y_low) / (y_high - y_low) * (bottom - top)
+        return px, py
+
+    for tick in y_ticks:
+        _, py = to_pixel(x_low, tick)
+        draw.line([(left, py), (right, py)], fill=GRID)
+        text = format_number(tick)
+        draw.text((left - 6 - draw.textlength(text, font=font), py - 6), text, fill=TEXT, font=font)
+    for tick in nice_ticks(x_low, x_high, count=7):
+        if not x_low <= tick <= x_high:
+            continue
+        px, _ = to_pixel(tick, y_low)
+        draw.line([(px, top), (px, bottom)], fill=GRID)
+        if show_x_labels:
+            text = format_number(tick)
+            draw.text((px - draw.textlength(text, font=font) / 2, bottom + 4), text, fill=TEXT,
+                      font=font)
+    draw.rectangle(box, outline=AXIS)
+    if not values:
+        message = "no finished episodes yet"
+        draw.text(((left + right - draw.textlength(message, font=font)) / 2, (top + bottom) / 2 - 6),
+                  message, fill=MUTED, font=font)
+        return
+    window = max(1, len(values) // 20)
+    if window > 1:
+        draw.line([to_pixel(x, y) for x, y in zip(steps, values)], fill=FAINT_LINE, width=1)
+    smooth = [to_pixel(x, y) for x, y in zip(steps, _smooth(values, window))]
+    if len(smooth) == 1:
+        px, py = smooth[0]
+        draw.ellipse([(px - 2, py - 2), (px + 2, py + 2)], fill=LINE)
+    else:
+        draw.line(smooth, fill=LINE, width=2, joint="curve")
+
+
 def plot_learning_curve(run_dir, output=None, title: str | None = None) -> Path:
     """Draws ``run_dir/learning_curve.png`` (or `output`) and returns its path.
 
     Raises FileNotFoundError if the run has no metrics.jsonl. A run with no
     finished episodes still gets a figure, saying so.
     """
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
+    from PIL import Image, ImageDraw
 
     run_dir = Path(run_dir)
     source = run_dir / "metrics.jsonl"
@@ -71,23 +162,26 @@ def plot_learning_curve(run_dir, output=None, title: str | None = None) -> Path:
     if _series(records, "sps")[0]:
         panels.append(("sps", "steps / s"))
 
-    figure = Figure(figsize=(7, 2.4 * len(panels) + 0.6), dpi=100, layout="constrained")
-    FigureCanvasAgg(figure)
-    axes = figure.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
-    for axis, (key, label) in zip(axes, panels):
+    height = TITLE_HEIGHT + PANEL_HEIGHT * len(panels) + AXIS_LABEL_HEIGHT
+    image = Image.new("RGB", (WIDTH, height), "white")
+    draw = ImageDraw.Draw(image)
+    font, title_font = _font(12), _font(15)
+    all_steps = [record["global_step"] for record in records] or [0]
+    x_range = (min(all_steps), max(all_steps))
+    if x_range[1] <= x_range[0]:
+        x_range = (x_range[0], x_range[0] + 1)
+    heading = title or f"{run_dir.name}: learning curve"
+    draw.text(((WIDTH - draw.textlength(heading, font=title_font)) / 2, 10), heading, fill=TEXT,
+              font=title_font)
+    for index, (key, label) in enumerate(panels):
+        top = TITLE_HEIGHT + index * PANEL_HEIGHT + MARGIN_TOP
+        box = (MARGIN_LEFT, top, WIDTH - MARGIN_RIGHT, top + PANEL_HEIGHT - MARGIN_TOP - MARGIN_BOTTOM)
         steps, values = _series(records, key)
-        if steps:
-            window = max(1, len(values) // 20)
-            if window > 1:
-                axis.plot(steps, values, color="tab:blue", alpha=0.25, linewidth=1)
-            axis.plot(steps, _smooth(values, window), color="tab:blue", linewidth=1.8)
-        else:
-            axis.text(0.5, 0.5, "no finished episodes yet", transform=axis.transAxes,
-                      ha="center", va="center", color="gray")
-        axis.set_ylabel(label)
-        axis.grid(True, alpha=0.3)
-    axes[-1].set_xlabel("env steps")
-    figure.suptitle(title or f"{run_dir.name}: learning curve")
+        _draw_panel(draw, box, steps, values, label, x_range, font,
+                    show_x_labels=index == len(panels) - 1)
+    x_label = "env steps"
+    draw.text(((WIDTH - draw.textlength(x_label, font=font)) / 2, height - AXIS_LABEL_HEIGHT + 4),
+              x_label, fill=TEXT, font=font)
     path = Path(output) if output is not None else run_dir / PNG_NAME
-    figure.savefig(path)
+    image.save(path, format="PNG")
     return path

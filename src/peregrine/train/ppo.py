@@ -45,7 +45,7 @@ from collections import deque
 
 import torch
 
-from . import environment
+from . import environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
@@ -91,7 +91,7 @@ class Trainer:
         self.device = resolve_device(t.device) if dist is None else dist.device
         torch.set_num_threads(t.torch_threads)
         if t.deterministic:
-            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch_startup.use_deterministic_algorithms()
         torch.manual_seed(t.seed)
         self.owns_env = env is None
         self.env = environment.make_env(config, self._env_seed(t.seed)) if env is None else env
@@ -114,8 +114,11 @@ class Trainer:
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
         action_space = env.single_action_space
         self.policy = policy = Policy(env.single_observation_space, action_space, p).to(device)
+        # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
+        torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
                                           eps=t.adam_eps, fused=device.type == "cpu")
+        self._optimizer_step = torch_startup.step_function(self.optimizer)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
 
@@ -319,7 +322,7 @@ class Trainer:
             self.dist.average_gradients(self.policy.parameters())   # dist hook
         if t.max_grad_norm > 0:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
-        self.optimizer.step()
+        self._optimizer_step()
         return stats
 
     def _record(self, split: dict, losses: dict, seconds: float) -> dict:

@@ -29,6 +29,15 @@ ordered by worker index; when they are a contiguous run of workers the
 returned arrays are views of the shared buffers (zero-copy), otherwise they
 are gathered into batch buffers.
 
+Plain scripts. With "spawn" and "forkserver" every worker re-imports the main
+script before it runs anything; a script that creates the vector env at its top
+level, without an `if __name__ == "__main__":` guard, would make every worker
+start workers of its own, which multiprocessing refuses with a raw traceback in
+each worker. Before starting any worker the parent looks at where it was called
+from: top-level code of the main script outside such a guard is refused with a
+RuntimeError saying what to do (`unguarded_main_call`). A worker that still ends
+this way (code run through exec, say) makes the parent's error say so.
+
 Failure. A worker exception reaches the parent as WorkerError carrying the
 worker's traceback (the worker keeps serving). A worker that dies (a signal,
 os._exit) is noticed within ~50 ms by polling the process sentinels while
@@ -39,8 +48,11 @@ own if the parent disappears.
 """
 from __future__ import annotations
 
+import ast
+import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
 import traceback
@@ -66,6 +78,73 @@ _PARENT_SPIN_SECONDS = 10e-6   # parent: busy-wait this long for results (if cor
 _LIVENESS_PERIOD = 0.05        # parent: check worker processes this often while waiting
 _PARENT_CHECK_PERIOD = 0.5     # worker: check the parent this often while sleeping
 _MAX_TRACEBACK = 32_000
+
+
+GUARD_ADVICE = ('put the code that runs the script under `if __name__ == "__main__":` (spawn '
+                'and forkserver workers re-import the main script), or pass start_method="fork" '
+                'if nothing in this process runs threads')
+
+
+def _is_main_guard(node) -> bool:
+    """`if __name__ == "__main__":` (either operand order)."""
+    if not (isinstance(node, ast.If) and isinstance(node.test, ast.Compare)
+            and len(node.test.ops) == 1 and isinstance(node.test.ops[0], ast.Eq)):
+        return False
+    operands = [node.test.left, *node.test.comparators]
+    return (any(isinstance(o, ast.Name) and o.id == "__name__" for o in operands)
+            and any(isinstance(o, ast.Constant) and o.value == "__main__" for o in operands))
+
+
+def _line_is_guarded(tree, line: int) -> bool:
+    """Whether line `line` of the module lies inside an `if __name__ == "__main__":`
+    block or a function/class body (code an import does not run)."""
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.If, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) \
+                and node.lineno <= line <= (node.end_lineno or node.lineno):
+            if not isinstance(node, ast.If) or _is_main_guard(node):
+                return True
+    return False
+
+
+def unguarded_main_call() -> tuple[str, int] | None:
+    """(path, line) of the main script's top-level statement that led to this
+    call when that statement runs on import (no `__main__` guard around it); None
+    when the call comes from guarded or imported code, or the script is unknown."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path or not path.endswith(".py"):
+        return None
+    frame = sys._getframe(1)
+    while frame is not None and not (frame.f_globals is vars(main)
+                                     and frame.f_code.co_name == "<module>"):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    try:
+        with open(path, "rb") as handle:
+            tree = ast.parse(handle.read(), filename=path)
+    except (OSError, SyntaxError, ValueError):
+        return None
+    line = frame.f_lineno
+    return None if _line_is_guarded(tree, line) else (path, line)
+
+
+def _refuse_unguarded_start(start_method: str) -> None:
+    if start_method == "fork":
+        return
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        # We are a worker re-importing an unguarded script (the parent could not tell).
+        raise RuntimeError(f"peregrine.vector: this process is a {start_method} worker "
+                           f"importing the main script, which creates a Multiprocessing env "
+                           f"at its top level; {GUARD_ADVICE}")
+    found = unguarded_main_call()
+    if found is not None:
+        path, line = found
+        raise RuntimeError(f"peregrine.vector: Multiprocessing with start_method="
+                           f"{start_method!r} is created at the top level of the script "
+                           f"{path} (line {line}) with no `if __name__ == \"__main__\":` guard; "
+                           f"every worker would run that line again on start-up. To fix it, "
+                           f"{GUARD_ADVICE}.")
 
 
 class WorkerError(RuntimeError):
@@ -289,6 +368,7 @@ class Multiprocessing(VectorBase):
         if start_method not in ("spawn", "forkserver", "fork"):
             raise ValueError(f"start_method must be 'spawn', 'forkserver' or 'fork', "
                              f"got {start_method!r}")
+        _refuse_unguarded_start(start_method)
         cores = available_cores()
         if isinstance(num_workers, int) and num_workers > cores and not overwork:
             raise ValueError(f"num_workers ({num_workers}) is more than the {cores} available "
@@ -374,9 +454,13 @@ class Multiprocessing(VectorBase):
         code, pid = process.exitcode, process.pid
         how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None
                and code < 0 else f"exited with code {code}")
+        hint = ""
+        if code == 1 and self._flags[worker][0] == STARTING:
+            hint = (f". It died while starting, before building its envs: if the main "
+                    f"script creates this env when imported, {GUARD_ADVICE}")
         self.close()
         raise WorkerDiedError(f"worker {worker} (pid {pid}) {how}; the vector env "
-                              "is closed")
+                              f"is closed{hint}")
 
     def _wait(self, workers, count=None):
         """Waits until `count` (default all) of `workers` are DONE; returns them

@@ -195,3 +195,17 @@ class DroneSwarm(NativeEnv):
     @property
     def state_layout(self) -> dict:
         return state_layout(self.config)
+
+
+def parallel_env(render_mode: str | None = None, **config):
+    """One DroneSwarm instance as a PettingZoo ParallelEnv (agents drone_0 ...),
+    made the way PettingZoo's own envs are; needs the `pettingzoo` extra.
+    Keywords: DroneSwarm's config fields, `preset`, `render_size`. See parallel.py."""
+    try:
+        from .parallel import parallel_env as make_parallel_env
+    except ImportError as error:
+        if getattr(error, "name", None) and error.name.split(".")[0] == "pettingzoo":
+            raise ImportError("drone_swarm.parallel_env needs PettingZoo: pip install "
+                              "'peregrine-rl[pettingzoo]'") from error
+        raise
+    return make_parallel_env(render_mode=render_mode, **config)
