@@ -142,28 +142,36 @@ class _EpisodeRecorder:
         self.per_instance = hasattr(env, "instance_stats")
 
     def restart(self, rows=slice(None)):
+        """New episodes start on `rows` (a slice, bool mask or index array)."""
         self.returns[rows] = 0.0
         self.lengths[rows] = 0
         self.starts[rows] = time.perf_counter()
 
-    def record(self, rewards, stepped, ended, infos):
-        self.returns[stepped] += rewards[stepped]
-        self.lengths[stepped] += 1
-        if not ended.any():
+    def record(self, rewards, ended, infos, restarted=None):
+        """Adds one step; `restarted` (index array) are rows whose new episode
+        starts with this step (next-step autoreset: not stepped, reward 0)."""
+        self.returns += rewards
+        self.lengths += 1
+        if restarted is not None:
+            self.restart(restarted)
+        rows = np.flatnonzero(ended)  # index arrays: a few rows of many
+        if not rows.size:
             return
-        now = time.perf_counter()
-        episode = {"r": np.where(ended, self.returns, 0.0),
-                   "l": np.where(ended, self.lengths, 0),
-                   "t": np.where(ended, np.round(now - self.starts, 6), 0.0)}
+        size = self.env.num_agents
+        episode = {"r": np.zeros(size), "l": np.zeros(size, np.int64), "t": np.zeros(size)}
+        episode["r"][rows] = self.returns[rows]
+        episode["l"][rows] = self.lengths[rows]
+        episode["t"][rows] = np.round(time.perf_counter() - self.starts[rows], 6)
         if self.per_instance:
             counts, sums = self.env.instance_stats(clear=True)
-            means = sums / np.maximum(counts, 1)[:, None]
-            per_row = np.repeat(means, self.env.agents_per_env, axis=0)
+            instances = rows // self.env.agents_per_env
+            means = sums[instances] / np.maximum(counts[instances], 1)[:, None]
             for k, name in enumerate(self.env.stat_names):
-                episode[name] = np.where(ended, per_row[:, k], 0.0)
+                episode[name] = np.zeros(size)
+                episode[name][rows] = means[:, k]
         infos["episode"] = episode
         infos["_episode"] = ended.copy()
-        self.restart(ended)
+        self.restart(rows)
 
 
 # ---- Gymnasium ------------------------------------------------------------------------------
@@ -328,7 +336,9 @@ class GymnasiumVectorEnv(VectorEnv):
                 raise RuntimeError(f"sub-envs {rows} ended and autoreset is disabled: reset them "
                                    "with reset(options={'reset_mask': mask}) before stepping")
             if mode == AutoresetMode.NEXT_STEP:
-                held = ended_before.reshape(self.env.num_envs, -1).any(axis=1)
+                held_rows = np.flatnonzero(ended_before)
+                held = np.zeros(self.env.num_envs, bool)
+                held[held_rows // self.env.agents_per_env] = True
         if held is None:
             observations, rewards, terminals, truncations, _ = self.env.step(actions)
         else:
@@ -346,16 +356,15 @@ class GymnasiumVectorEnv(VectorEnv):
                 infos["final_info"] = {}
                 infos["_final_info"] = ended.copy()
         else:
+            observations = self._out(observations)
             if ended.any():  # the batch already reset them: show the episodes' last observations
-                observations = observations.copy()
-                observations[ended] = self.env.final_observations[ended]
-            else:
-                observations = self._out(observations)
+                if observations is self.env.observations:
+                    observations = observations.copy()
+                rows = np.flatnonzero(ended)
+                observations[rows] = self.env.final_observations[rows]
         if self._episodes is not None:
-            stepped = ~ended_before if held is not None else slice(None)
-            if held is not None:
-                self._episodes.restart(ended_before)
-            self._episodes.record(rewards, stepped, ended, infos)
+            self._episodes.record(rewards, ended, infos,
+                                  restarted=held_rows if held is not None else None)
         self._ended = ended.copy() if mode != AutoresetMode.SAME_STEP else self._ended
         masks = self.env.masks
         if not masks.all():
@@ -535,7 +544,7 @@ def sb3_vec_env(env):
             observations, rewards, terminals, truncations, _ = self.env.step(self._actions)
             dones = terminals | truncations
             records = {}
-            self._episodes.record(rewards, slice(None), dones, records)
+            self._episodes.record(rewards, dones, records)
             infos = [{} for _ in range(self.num_envs)]
             for row in np.flatnonzero(dones):
                 info = infos[row]
