@@ -504,9 +504,14 @@ def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
 
 # ---- Stable-Baselines3 ---------------------------------------------------------------------------
 
-def sb3_vec_env(env):
-    """An SB3 VecEnv over a Peregrine env (requires stable-baselines3)."""
+def sb3_vec_env(env, render_mode: str | None = None):
+    """An SB3 VecEnv over a Peregrine env (requires stable-baselines3).
+
+    render_mode="rgb_array" (envs with a renderer) gives SB3's render() and
+    get_images() one frame per row, each row showing its instance."""
     from stable_baselines3.common.vec_env import VecEnv
+
+    renderer = _renderer(env, render_mode)
 
     class SB3VecEnv(VecEnv):
         """SB3's VecEnv interface: dones = terminals | truncations, the final
@@ -522,7 +527,7 @@ def sb3_vec_env(env):
 
         def __init__(self, env):
             self.env = env
-            self.render_mode = None
+            self.render_mode = render_mode
             super().__init__(env.num_agents, env.single_observation_space,
                              env.single_action_space)
             self._episodes = _EpisodeRecorder(env)
@@ -573,5 +578,9 @@ def sb3_vec_env(env):
 
         def env_is_wrapped(self, wrapper_class, indices=None):
             return [False] * len(_rows(self.env, indices))
+
+        def get_images(self):
+            frames = _frames(self.env, renderer)
+            return [None] * self.num_envs if frames is None else list(frames)
 
     return SB3VecEnv(env)
