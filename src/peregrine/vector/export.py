@@ -112,7 +112,8 @@ def _set_batch_attr(owner, env, name, values):
             raise ValueError(f"values must hold one value per sub-env ({env.num_agents}) or be "
                              f"a single value, got {len(values)}")
         first = values[0]
-        if any(value is not first and value != first for value in values[1:]):
+        if not all(np.array_equal(value, first) if isinstance(value, np.ndarray)
+                   else value is first or value == first for value in values[1:]):
             raise ValueError(f"every row shares the batch's {name!r}: give one value, not "
                              "different values per row")
         values = first
