@@ -10,6 +10,10 @@
    Multiprocessing (2 workers x 2048 envs) vs Serial.
 3. Per-step overhead of each backend: microseconds per step() of one
    native CartPole instance, minus the native batch's own time.
+4. The Gymnasium export over native CartPole, 4096 envs, 1 thread: the
+   native step, the same step holding 5% of the instances (what next-step
+   autoreset does), gymnasium.make_vec in NextStep and SameStep modes (with
+   episode records), and Gymnasium's own vectorized CartPoleVectorEnv.
 
 Throughput is reported as ratios within this run: the machine is shared.
 """
@@ -127,6 +131,37 @@ def bench_overhead(seconds):
     return out
 
 
+def bench_export(seconds):
+    import gymnasium
+    import peregrine
+    num_envs = 4096
+    out = {}
+    with peregrine.make("cartpole", num_envs=num_envs, seed=0) as env:
+        out["native_step"] = measure_sps(env.step, num_envs, seconds, env.reset)[0]
+        hold = np.random.default_rng(0).random(num_envs) < 0.05
+        out["native_step_holding_5pct"] = measure_sps(lambda a: env.step(a, hold=hold), num_envs,
+                                                      seconds, env.reset)[0]
+    for mode in ("NextStep", "SameStep"):
+        envs = gymnasium.make_vec("peregrine/CartPole-v1", num_envs=num_envs,
+                                  autoreset_mode=mode)
+        try:
+            out[f"make_vec_{mode}"] = measure_sps(envs.step, num_envs, seconds,
+                                                  lambda: envs.reset(seed=0))[0]
+        finally:
+            envs.close()
+    envs = gymnasium.make_vec("CartPole-v1", num_envs=num_envs,
+                              vectorization_mode="vector_entry_point")
+    try:
+        out["gymnasium_cartpole_vector_env"] = measure_sps(
+            envs.step, num_envs, seconds, lambda: envs.reset(seed=0), dtype=np.int64)[0]
+    finally:
+        envs.close()
+    out["ratio_make_vec_next_step_vs_gymnasium"] = (out["make_vec_NextStep"]
+                                                    / out["gymnasium_cartpole_vector_env"])
+    out["ratio_native_vs_make_vec_next_step"] = out["native_step"] / out["make_vec_NextStep"]
+    return out
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=2.0, help="per measurement")
@@ -135,7 +170,8 @@ def main(argv=None):
     results = {"cores": len(os.sched_getaffinity(0)),
                "emulated_gymnasium_cartpole_16_envs": bench_emulated(args.seconds),
                "native_cartpole_4096_envs": bench_native(args.seconds),
-               "per_step_overhead": bench_overhead(args.seconds)}
+               "per_step_overhead": bench_overhead(args.seconds),
+               "gymnasium_export_cartpole_4096_envs": bench_export(args.seconds)}
     if args.json:
         print(json.dumps(results, indent=2))
         return

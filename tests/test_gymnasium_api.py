@@ -418,6 +418,12 @@ def test_sb3_adapter_attribute_calls_honour_indices():
         vec_env.env_method("reset", indices=[1])
     assert len(vec_env.env_method("episode_stats")) == 3
     vec_env.close()
+    vec_env = pv.sb3_vec_env(peregrine.make("drone_swarm", num_envs=2, n_drones=2, seed=0),
+                             render_mode="rgb_array")
+    vec_env.reset()
+    image = vec_env.render()  # SB3 tiles one frame per row
+    assert image.dtype == np.uint8 and image.ndim == 3 and image.shape[2] == 3
+    vec_env.close()
 
 
 # ---- the native batch underneath: held steps and partial resets ------------------------------------

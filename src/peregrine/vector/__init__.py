@@ -17,7 +17,7 @@ from __future__ import annotations
 from ..registry import env_class
 from .common import check_count, resolve_seed
 from .emulation import GymnasiumEmulation, PettingZooEmulation, emulate
-from .export import GymnasiumVectorEnv, sb3_vec_env
+from .export import GymnasiumEnv, GymnasiumVectorEnv, gymnasium_vector_env, sb3_vec_env
 from .processes import Multiprocessing, WorkerDiedError, WorkerError
 from .recipe import EnvRecipe
 from .serial import Serial
@@ -79,4 +79,5 @@ def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 
 
 __all__ = ["make", "BACKENDS", "Serial", "Multiprocessing", "EnvRecipe", "WorkerError",
            "WorkerDiedError", "GymnasiumEmulation", "PettingZooEmulation", "emulate",
-           "unflatten", "GymnasiumVectorEnv", "sb3_vec_env"]
+           "unflatten", "GymnasiumEnv", "GymnasiumVectorEnv", "gymnasium_vector_env",
+           "sb3_vec_env"]

@@ -112,7 +112,8 @@ def _set_batch_attr(owner, env, name, values):
             raise ValueError(f"values must hold one value per sub-env ({env.num_agents}) or be "
                              f"a single value, got {len(values)}")
         first = values[0]
-        if any(value is not first and value != first for value in values[1:]):
+        if not all(np.array_equal(value, first) if isinstance(value, np.ndarray)
+                   else value is first or value == first for value in values[1:]):
             raise ValueError(f"every row shares the batch's {name!r}: give one value, not "
                              "different values per row")
         values = first
@@ -142,28 +143,36 @@ class _EpisodeRecorder:
         self.per_instance = hasattr(env, "instance_stats")
 
     def restart(self, rows=slice(None)):
+        """New episodes start on `rows` (a slice, bool mask or index array)."""
         self.returns[rows] = 0.0
         self.lengths[rows] = 0
         self.starts[rows] = time.perf_counter()
 
-    def record(self, rewards, stepped, ended, infos):
-        self.returns[stepped] += rewards[stepped]
-        self.lengths[stepped] += 1
-        if not ended.any():
+    def record(self, rewards, ended, infos, restarted=None):
+        """Adds one step; `restarted` (index array) are rows whose new episode
+        starts with this step (next-step autoreset: not stepped, reward 0)."""
+        self.returns += rewards
+        self.lengths += 1
+        if restarted is not None:
+            self.restart(restarted)
+        rows = np.flatnonzero(ended)  # index arrays: a few rows of many
+        if not rows.size:
             return
-        now = time.perf_counter()
-        episode = {"r": np.where(ended, self.returns, 0.0),
-                   "l": np.where(ended, self.lengths, 0),
-                   "t": np.where(ended, np.round(now - self.starts, 6), 0.0)}
+        size = self.env.num_agents
+        episode = {"r": np.zeros(size), "l": np.zeros(size, np.int64), "t": np.zeros(size)}
+        episode["r"][rows] = self.returns[rows]
+        episode["l"][rows] = self.lengths[rows]
+        episode["t"][rows] = np.round(time.perf_counter() - self.starts[rows], 6)
         if self.per_instance:
             counts, sums = self.env.instance_stats(clear=True)
-            means = sums / np.maximum(counts, 1)[:, None]
-            per_row = np.repeat(means, self.env.agents_per_env, axis=0)
+            instances = rows // self.env.agents_per_env
+            means = sums[instances] / np.maximum(counts[instances], 1)[:, None]
             for k, name in enumerate(self.env.stat_names):
-                episode[name] = np.where(ended, per_row[:, k], 0.0)
+                episode[name] = np.zeros(size)
+                episode[name][rows] = means[:, k]
         infos["episode"] = episode
         infos["_episode"] = ended.copy()
-        self.restart(ended)
+        self.restart(rows)
 
 
 # ---- Gymnasium ------------------------------------------------------------------------------
@@ -328,7 +337,9 @@ class GymnasiumVectorEnv(VectorEnv):
                 raise RuntimeError(f"sub-envs {rows} ended and autoreset is disabled: reset them "
                                    "with reset(options={'reset_mask': mask}) before stepping")
             if mode == AutoresetMode.NEXT_STEP:
-                held = ended_before.reshape(self.env.num_envs, -1).any(axis=1)
+                held_rows = np.flatnonzero(ended_before)
+                held = np.zeros(self.env.num_envs, bool)
+                held[held_rows // self.env.agents_per_env] = True
         if held is None:
             observations, rewards, terminals, truncations, _ = self.env.step(actions)
         else:
@@ -346,16 +357,15 @@ class GymnasiumVectorEnv(VectorEnv):
                 infos["final_info"] = {}
                 infos["_final_info"] = ended.copy()
         else:
+            observations = self._out(observations)
             if ended.any():  # the batch already reset them: show the episodes' last observations
-                observations = observations.copy()
-                observations[ended] = self.env.final_observations[ended]
-            else:
-                observations = self._out(observations)
+                if observations is self.env.observations:
+                    observations = observations.copy()
+                rows = np.flatnonzero(ended)
+                observations[rows] = self.env.final_observations[rows]
         if self._episodes is not None:
-            stepped = ~ended_before if held is not None else slice(None)
-            if held is not None:
-                self._episodes.restart(ended_before)
-            self._episodes.record(rewards, stepped, ended, infos)
+            self._episodes.record(rewards, ended, infos,
+                                  restarted=held_rows if held is not None else None)
         self._ended = ended.copy() if mode != AutoresetMode.SAME_STEP else self._ended
         masks = self.env.masks
         if not masks.all():
@@ -495,9 +505,14 @@ def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
 
 # ---- Stable-Baselines3 ---------------------------------------------------------------------------
 
-def sb3_vec_env(env):
-    """An SB3 VecEnv over a Peregrine env (requires stable-baselines3)."""
+def sb3_vec_env(env, render_mode: str | None = None):
+    """An SB3 VecEnv over a Peregrine env (requires stable-baselines3).
+
+    render_mode="rgb_array" (envs with a renderer) gives SB3's render() and
+    get_images() one frame per row, each row showing its instance."""
     from stable_baselines3.common.vec_env import VecEnv
+
+    renderer = _renderer(env, render_mode)
 
     class SB3VecEnv(VecEnv):
         """SB3's VecEnv interface: dones = terminals | truncations, the final
@@ -513,7 +528,7 @@ def sb3_vec_env(env):
 
         def __init__(self, env):
             self.env = env
-            self.render_mode = None
+            self.render_mode = render_mode
             super().__init__(env.num_agents, env.single_observation_space,
                              env.single_action_space)
             self._episodes = _EpisodeRecorder(env)
@@ -535,7 +550,7 @@ def sb3_vec_env(env):
             observations, rewards, terminals, truncations, _ = self.env.step(self._actions)
             dones = terminals | truncations
             records = {}
-            self._episodes.record(rewards, slice(None), dones, records)
+            self._episodes.record(rewards, dones, records)
             infos = [{} for _ in range(self.num_envs)]
             for row in np.flatnonzero(dones):
                 info = infos[row]
@@ -564,5 +579,9 @@ def sb3_vec_env(env):
 
         def env_is_wrapped(self, wrapper_class, indices=None):
             return [False] * len(_rows(self.env, indices))
+
+        def get_images(self):
+            frames = _frames(self.env, renderer)
+            return [None] * self.num_envs if frames is None else list(frames)
 
     return SB3VecEnv(env)
