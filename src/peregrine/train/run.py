@@ -12,7 +12,9 @@ Run directory (default runs/<env>-<UTC time>-s<seed>/):
 Checkpoints are taken only at update boundaries, every
 `train.checkpoint_interval` updates, at the end and on Ctrl-C: the first
 Ctrl-C lets the current update finish (a fraction of a second) and saves, so
-`--resume` continues exactly; a second Ctrl-C stops at once.
+`--resume` continues exactly; a second Ctrl-C stops at once. A resumed run
+first cuts metrics.jsonl and TensorBoard back to the checkpoint's update
+(see metrics.RunLogger), since a crash may have logged updates that are redone.
 """
 from __future__ import annotations
 
@@ -87,7 +89,10 @@ def train(config: Config, run_dir=None, resume: bool = False, progress=None,
     try:
         if resume:
             trainer.load_state_dict(state)
-        logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard)
+        # On resume the logs are cut back to the checkpoint: updates logged
+        # after it are redone and logged again.
+        logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard,
+                           resume_from=(trainer.updates, trainer.global_step) if resume else None)
         if on_start is not None:
             on_start(run_dir)
         solved_at = None
