@@ -70,13 +70,21 @@ def fuzz_binding(name):
     except ValueError:
         pass
     batch.set_state(0, state)
-    for wrong in (np.zeros(1, np.float32), np.zeros(10**6, np.int8), b"abc"):
+    misaligned = np.zeros(env.actions.nbytes + 1, np.uint8)[1:].view(env.actions.dtype)
+    for wrong in (np.zeros(1, np.float32), np.zeros(10**6, np.int8), b"abc", misaligned):
         try:
             batch.step(wrong)
         except ValueError:
             pass
         else:
-            raise AssertionError("step accepted a wrong-sized buffer")
+            raise AssertionError("step accepted a wrong-sized or misaligned buffer")
+    for seed in (-1, 1 << 64, 1.5, "1"):
+        try:
+            batch.seed(seed)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"seed accepted {seed!r}")
     env.close()
     try:
         batch.step()

@@ -203,7 +203,7 @@ def corrupt_copies(source, tmp_path):
 
 @pytest.mark.parametrize("kind, message", [
     ("truncated", "truncated"), ("corrupt", "checksum"), ("foreign", "not a Peregrine checkpoint"),
-    ("header", "truncated"), ("empty", "not a Peregrine checkpoint")])
+    ("header", "truncated"), ("empty", "is empty")])
 def test_damaged_checkpoint_gives_clear_error(saved_checkpoint, tmp_path, kind, message):
     import peregrine
     env = peregrine.make("cartpole", num_envs=2, seed=0)

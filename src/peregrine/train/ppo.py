@@ -107,6 +107,25 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
     return advantages
 
 
+def check_memory(config, rows: int, obs_dim: int) -> None:
+    """MemoryError naming the settings when the rollout storage or the networks
+    (a rough upper estimate) cannot fit in RAM: refused before allocating, since
+    an overcommitted allocation fails only when first written (the OOM killer)."""
+    from ..envs.native_env import physical_memory
+    t, p = config.train, config.policy
+    width = max(p.hidden_size, p.lstm_size if p.lstm else 0)
+    per_net = (obs_dim + 64) * width + max(p.num_layers - 1, 0) * width ** 2 \
+        + (8 * width ** 2 if p.lstm else 0)
+    model = 2 * per_net * 4 * 4      # actor + critic; weights, gradients, Adam's two moments
+    storage = t.horizon * rows * (2 * obs_dim + 16) * 4
+    ram = physical_memory()
+    for what, size in (("the rollout storage (train.horizon x rows)", storage),
+                       ("the policy (policy.hidden_size / lstm_size / num_layers)", model)):
+        if size > ram:
+            raise MemoryError(f"{what} needs about {size / 2**30:,.1f} GiB, more than this "
+                              f"machine's {ram / 2**30:,.1f} GiB of RAM")
+
+
 class Trainer:
     """Owns the env batch, the policy, the optimizer and the rollout storage.
 
@@ -143,6 +162,7 @@ class Trainer:
         self.horizon = horizon = t.horizon
         self.batch_size = rows * horizon
         self.total_updates = max(1, math.ceil(t.total_steps / self.batch_size))
+        check_memory(config, rows, int(np.prod(env.single_observation_space.shape)))
         self.policy = Policy(env.single_observation_space, env.single_action_space, p).to(device)
         fused = device.type == "cpu"
         self.optimizer = torch.optim.Adam(self.policy.parameters(), lr=t.learning_rate,
@@ -645,8 +665,12 @@ class Trainer:
         if state["rows"] != self.rows:
             raise ValueError(f"checkpoint was trained with {state['rows']} rows but this run "
                              f"has {self.rows}; keep vec.num_envs when resuming")
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.policy.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise ValueError(f"checkpoint's policy does not fit this run's [policy] config "
+                             f"(keep the run's config when resuming): {error}") from None
         torch.set_rng_state(state["torch_rng"])
         self.generator.set_state(state["generator"])
         self.global_step, self.updates = int(state["global_step"]), int(state["updates"])
