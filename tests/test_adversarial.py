@@ -97,11 +97,14 @@ def test_buffers_larger_than_ram_are_a_clear_memory_error(monkeypatch):
 
 
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
-def test_vector_backends_refuse_buffers_larger_than_ram(backend):
-    before = shm_segments()
+def test_vector_backends_refuse_buffers_larger_than_ram(backend, monkeypatch):
+    def no_segment(*args, **kwargs):
+        raise AssertionError("a shared-memory segment was created")
+
+    from peregrine.vector import processes
+    monkeypatch.setattr(processes.shared_memory, "SharedMemory", no_segment)
     with pytest.raises(MemoryError, match="more than this machine's"):
         pv.make("cartpole", backend=backend, num_envs=2**40)
-    assert shm_segments() <= before
 
 
 # ---- seeds -----------------------------------------------------------------------------
@@ -378,3 +381,11 @@ def test_monitor_on_a_directory_where_the_metrics_file_should_be(tmp_path, capsy
     assert cli_main(["monitor", str(tmp_path), "--once"]) == 1
     err = capsys.readouterr().err
     assert "metrics.bin" in err and "Traceback" not in err
+
+
+def test_monitor_given_some_other_file_says_so(tmp_path, capsys):
+    other = tmp_path / "notes.txt"
+    other.write_text("not metrics")
+    assert cli_main(["monitor", str(other), "--once"]) == 1
+    err = capsys.readouterr().err
+    assert "is a file, not a run directory or its metrics.bin" in err and "Traceback" not in err
