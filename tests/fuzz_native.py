@@ -76,13 +76,14 @@ def fuzz_binding(name):
     except ValueError:
         pass
     batch.set_state(0, state)
-    for wrong in (np.zeros(1, np.float32), np.zeros(10**6, np.int8), b"abc"):
+    misaligned = np.zeros(env.actions.nbytes + 1, np.uint8)[1:].view(env.actions.dtype)
+    for wrong in (np.zeros(1, np.float32), np.zeros(10**6, np.int8), b"abc", misaligned):
         try:
             batch.step(wrong)
         except ValueError:
             pass
         else:
-            raise AssertionError("step accepted a wrong-sized buffer")
+            raise AssertionError("step accepted a wrong-sized or misaligned buffer")
     for wrong in (np.zeros(2, np.uint8), np.zeros(10**6, np.uint8), np.zeros(3, np.float32),
                   b"ab", np.zeros(6, np.uint8)[::2]):
         for call in (lambda: batch.step(env.actions, wrong), lambda: batch.reset(wrong)):
@@ -99,6 +100,13 @@ def fuzz_binding(name):
             pass
         else:
             raise AssertionError("seed_instance accepted a bad instance")
+    for seed in (-1, 1 << 64, 1.5, "1"):
+        try:
+            batch.seed(seed)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError(f"seed accepted {seed!r}")
     env.close()
     try:
         batch.step()

@@ -186,6 +186,53 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
     assert state["updates"] == records[-2]["updates"]
 
 
+def _logged_updates(path):
+    """The "updates" of every complete record line of a metrics.jsonl."""
+    updates = []
+    for line in path.read_text().splitlines(keepends=True):
+        if line.endswith("\n") and '"updates"' in line:
+            updates.append(json.loads(line)["updates"])
+    return updates
+
+
+@pytest.mark.slow
+def test_kill_9_and_resume_logs_every_update_once(tmp_path):
+    """kill -9 at a random point, then --resume: metrics.jsonl holds updates 1, 2, ... N
+    once each, although the updates after the last checkpoint were redone."""
+    import random
+    import time
+    from peregrine.train import checkpoint
+    seed = random.randrange(2**32)
+    rng = random.Random(seed)
+    run_dir = tmp_path / "run"
+    metrics = run_dir / "metrics.jsonl"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "peregrine.cli", "train", "cartpole", "--detach", "--run-dir",
+         str(run_dir), "--train.total-steps", "1e9", "--vec.num-envs", "8", "--train.horizon",
+         "16", "--train.checkpoint-interval", "5"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    target = rng.randint(6, 14)     # past the first checkpoint, anywhere in the interval
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline and process.poll() is None and \
+            (not metrics.exists() or len(_logged_updates(metrics)) < target):
+        time.sleep(0.01)
+    time.sleep(rng.uniform(0.0, 0.05))
+    process.kill()
+    _, err = process.communicate(timeout=30)
+    assert process.returncode == -9, err.decode()
+    saved = checkpoint.load(run_dir / "checkpoints" / "latest.pt")["updates"]
+    logged = max(_logged_updates(metrics))
+    assert logged >= saved >= 5
+    final = (logged + 2) * 8 * 16
+    done = subprocess.run([sys.executable, "-m", "peregrine.cli", "train", "--resume",
+                           str(run_dir), "--detach", "--train.total-steps", str(final)],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    updates = _logged_updates(metrics)
+    assert updates == list(range(1, logged + 3)), \
+        f"random seed {seed}, checkpoint at update {saved}: {updates}"
+
+
 # ---- other action spaces and the LSTM ------------------------------------------------
 
 @pytest.mark.parametrize("space", [

@@ -100,6 +100,59 @@ def test_run_stopped_like_ctrl_c_resumes_to_the_same_result(tmp_path):
     assert [x["updates"] for x in lines if "updates" in x] == [1, 2, 3, 4, 5, 6]
 
 
+def test_resume_cuts_the_logs_back_to_the_checkpoint(tmp_path, monkeypatch):
+    """As after a crash: records of updates past the checkpoint and a torn last line
+    in metrics.jsonl are dropped on resume; TensorBoard is told to purge those steps."""
+    import types
+    created = []
+
+    class SummaryWriter:   # stands in for torch.utils.tensorboard's: records how it was made
+        def __init__(self, log_dir, purge_step=None):
+            created.append(purge_step)
+
+        def add_scalar(self, *args):
+            pass
+
+        def close(self):
+            pass
+
+    monkeypatch.setitem(__import__("sys").modules, "torch.utils.tensorboard",
+                        types.SimpleNamespace(SummaryWriter=SummaryWriter))
+    config = small_config()
+    stop = StopFlag()
+
+    def progress(record):
+        stop.requested = record["updates"] == 2
+
+    train(config, tmp_path, progress=progress, stop=stop)
+    metrics = tmp_path / "metrics.jsonl"
+    lines = metrics.read_text().splitlines(keepends=True)
+    assert [json.loads(x).get("updates") for x in lines] == [1, 2, None]  # None: status
+    with metrics.open("a") as handle:   # two updates logged, then killed mid-line
+        for updates in (3, 4):
+            handle.write(json.dumps({"global_step": 128 * updates, "updates": updates}) + "\n")
+        handle.write('{"global_step": 640, "upd')
+    train(config, tmp_path, resume=True)
+    records = [json.loads(line) for line in metrics.open()]
+    assert [x["updates"] for x in records if "updates" in x] == [1, 2, 3, 4, 5, 6]
+    assert [x["status"] for x in records if "status" in x] == ["interrupted", "finished"]
+    assert created == [None, 2 * 128 + 1]
+
+
+def test_cut_jsonl_keeps_records_up_to_the_update(tmp_path):
+    from peregrine.train.metrics import cut_jsonl
+    path = tmp_path / "metrics.jsonl"
+    lines = ['{"updates": 1}\n', "not json\n", '{"updates": 2}\n', '{"status": "crashed"}\n',
+             '{"updates": 3}\n', '{"status": "finished"}\n']
+    path.write_text("".join(lines))
+    assert cut_jsonl(path, 3) == 0
+    assert cut_jsonl(path, 2) == len(lines[4]) + len(lines[5])
+    assert path.read_text() == "".join(lines[:4])
+    assert cut_jsonl(path, 0) == len("".join(lines[:4]))
+    assert path.read_text() == ""
+    assert cut_jsonl(tmp_path / "missing.jsonl", 1) == 0
+
+
 @pytest.fixture(scope="module")
 def saved_checkpoint(tmp_path_factory):
     path = tmp_path_factory.mktemp("ckpt") / "latest.pt"
@@ -152,7 +205,7 @@ def corrupt_copies(source, tmp_path):
 
 @pytest.mark.parametrize("kind, message", [
     ("truncated", "truncated"), ("corrupt", "checksum"), ("foreign", "not a Peregrine checkpoint"),
-    ("header", "truncated"), ("empty", "not a Peregrine checkpoint")])
+    ("header", "truncated"), ("empty", "is empty")])
 def test_damaged_checkpoint_gives_clear_error(saved_checkpoint, tmp_path, kind, message):
     import peregrine
     env = peregrine.make("cartpole", num_envs=2, seed=0)

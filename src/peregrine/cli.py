@@ -58,6 +58,9 @@ def main(argv=None) -> int:
     except ValueError as error:  # bad input: a clear message, not a traceback
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 2
+    except (OSError, MemoryError) as error:  # unwritable/full run directory, too big a batch
+        print(f"peregrine {name}: error: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -81,9 +81,34 @@ class Buffers:
             "masks": ((num_agents,), np.dtype(np.bool_)),
         }
 
+    @staticmethod
+    def nbytes(layout) -> int:
+        return sum(int(np.prod(shape, dtype=object)) * dtype.itemsize
+                   for shape, dtype in layout.values())
+
+    @classmethod
+    def check_fits(cls, layout) -> None:
+        """MemoryError (saying how much) when the buffers are larger than the RAM.
+
+        Refused up front: with overcommit the allocation (or a shared-memory
+        segment) would "succeed" and the first write would bring the OOM killer
+        or SIGBUS.
+        """
+        need, ram = cls.nbytes(layout), physical_memory()
+        if need > ram:
+            raise MemoryError(f"{layout['rewards'][0][0]:,} rows need {need / 2**30:,.1f} GiB "
+                              f"of buffers, more than this machine's {ram / 2**30:,.1f} GiB "
+                              f"of RAM; use fewer envs")
+
     @classmethod
     def allocate(cls, layout) -> "Buffers":
-        return cls(**{name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()})
+        """Zeroed buffers; MemoryError saying how much when they do not fit."""
+        cls.check_fits(layout)
+        try:
+            return cls(**{name: np.zeros(shape, dtype) for name, (shape, dtype) in layout.items()})
+        except MemoryError as error:
+            raise MemoryError(f"{layout['rewards'][0][0]:,} rows need "
+                              f"{cls.nbytes(layout) / 2**30:,.1f} GiB of buffers: {error}") from None
 
     @classmethod
     def check(cls, given, layout) -> "Buffers":
@@ -102,17 +127,49 @@ class Buffers:
                                  f"got {array.shape} {array.dtype}")
             if not array.flags.c_contiguous or not array.flags.writeable:
                 raise ValueError(f"buffers[{name!r}] must be C-contiguous and writeable")
+            if not array.flags.aligned:
+                raise ValueError(f"buffers[{name!r}] is not aligned to its {dtype.itemsize}-byte "
+                                 f"elements")
+        # Each buffer is written by the step: two that share memory would
+        # silently overwrite each other.
+        spans = sorted((given[name].ctypes.data, given[name].ctypes.data + given[name].nbytes,
+                        name) for name in BUFFER_NAMES if given[name].nbytes)
+        for (_, end, first), (start, _, second) in zip(spans, spans[1:]):
+            if start < end:
+                raise ValueError(f"buffers[{first!r}] and buffers[{second!r}] overlap in "
+                                 f"memory; every buffer needs its own")
         return cls(**{name: given[name] for name in BUFFER_NAMES})
 
 
+def physical_memory() -> int:
+    """Bytes of RAM on this machine (a very large number where unknown)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
 def resolve_seed(seed) -> int:
+    """The seed as an int in [0, 2**64) (random for None); ValueError otherwise."""
     if seed is None:
         return int.from_bytes(os.urandom(8), "little")
     if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
         raise ValueError(f"seed must be an int or None, got {seed!r}")
     if seed < 0:
         raise ValueError(f"seed must be non-negative, got {seed}")
+    if seed >= 1 << 64:   # never wrapped: 2**64 + s would silently equal s
+        raise ValueError(f"seed must be less than 2**64, got {seed}")
     return int(seed)
+
+
+class _ClosedBatch:
+    """Stands in for the C batch after close(): any use names the problem."""
+
+    def __init__(self, name: str):
+        self._name = name
+
+    def __getattr__(self, attribute):
+        raise RuntimeError(f"the {self._name} env is closed; make a new one")
 
 
 class NativeEnv:
@@ -129,11 +186,15 @@ class NativeEnv:
 
     def __init__(self, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
                  buffers=None, preset: str = "default", **config):
-        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs < 1:
-            raise ValueError(f"num_envs must be a positive int, got {num_envs!r}")
+        limits = self.native_module
+        if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
+                or not 1 <= num_envs <= limits.MAX_NUM_ENVS:
+            raise ValueError(f"num_envs must be an int in [1, {limits.MAX_NUM_ENVS}], "
+                             f"got {num_envs!r}")
         if isinstance(num_threads, bool) or not isinstance(num_threads, (int, np.integer)) \
-                or not 1 <= num_threads <= 256:
-            raise ValueError(f"num_threads must be an int in [1, 256], got {num_threads!r}")
+                or not 1 <= num_threads <= limits.MAX_THREADS:
+            raise ValueError(f"num_threads must be an int in [1, {limits.MAX_THREADS}], "
+                             f"got {num_threads!r}")
         self.num_envs = int(num_envs)
         self.config = self.resolve_config(self.config_with_preset(preset, config))
         self._config_values = [float(self.config[name]) for name in self.config_field_names()]
@@ -141,17 +202,16 @@ class NativeEnv:
         self.agents_per_env = dims["agents_per_env"]
         self.num_agents = self.num_envs * self.agents_per_env
         self.obs_dim = dims["obs_dim"]
-
         self.single_observation_space = self.make_observation_space(dims)
         self.single_action_space = self.make_action_space(dims)
-        self.observation_space = batch_space(self.single_observation_space, self.num_agents)
-        self.action_space = batch_space(self.single_action_space, self.num_agents)
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
         self._action_dtype = self.single_action_space.dtype
-
         layout = Buffers.layout(self.num_agents, self.obs_dim, dims["obs_dtype"],
                                 self.single_action_space.shape, self._action_dtype)
         self.buffers = Buffers.allocate(layout) if buffers is None else Buffers.check(buffers, layout)
+        # After the buffers: batch_space allocates bounds of the batch's size too.
+        self.observation_space = batch_space(self.single_observation_space, self.num_agents)
+        self.action_space = batch_space(self.single_action_space, self.num_agents)
         b = self.buffers
         self.observations, self.final_observations = b.observations, b.final_observations
         self.actions, self.rewards = b.actions, b.rewards
@@ -338,11 +398,13 @@ class NativeEnv:
 
     # ---- lifetime -------------------------------------------------------------
     def close(self) -> None:
-        """Stops the step threads and releases the buffers; idempotent."""
+        """Stops the step threads and releases the buffers; idempotent. Any later
+        use raises RuntimeError; closing while another thread steps raises
+        RuntimeError and leaves the env open."""
         batch = getattr(self, "_batch", None)
-        if batch is not None:
+        if batch is not None and not isinstance(batch, _ClosedBatch):
             batch.close()
-            self._batch = None
+            self._batch = _ClosedBatch(self.name or type(self).__name__)
 
     def __enter__(self):
         return self

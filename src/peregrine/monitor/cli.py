@@ -63,6 +63,8 @@ def resolve_run(args) -> Path:
             raise MetricsFileError(f"no runs with a {FILE_NAME} under {runs_dir}/")
         return runs[-1]
     candidate = Path(args.run)
+    if candidate.is_file() and candidate.name != FILE_NAME:
+        raise MetricsFileError(f"{args.run!r} is a file, not a run directory or its {FILE_NAME}")
     if candidate.exists():
         return candidate.parent if candidate.is_file() else candidate
     under = runs_dir / args.run

@@ -42,6 +42,9 @@ def save(path, payload: dict) -> None:
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(temporary, path)
+    except OSError as error:   # a full or read-only disk: say which file
+        raise OSError(error.errno, f"cannot write checkpoint {str(path)!r}: "
+                                   f"{error.strerror or error}") from None
     finally:
         if temporary.exists():
             temporary.unlink()
@@ -56,6 +59,8 @@ def load(path, map_location="cpu") -> dict:
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
     raw = path.read_bytes()
+    if not raw:
+        raise ValueError(f"checkpoint {str(path)!r} is empty (0 bytes)")
     if len(raw) < HEADER.size or raw[:len(MAGIC)] != MAGIC:
         if len(raw) < HEADER.size and MAGIC.startswith(raw[:len(MAGIC)]) and raw:
             raise ValueError(f"checkpoint {str(path)!r} is truncated: {len(raw)} bytes, "

@@ -308,7 +308,7 @@ def validate(config: Config) -> None:
                 ("policy.hidden_size", p.hidden_size), ("policy.lstm_size", p.lstm_size),
                 ("policy.bptt_horizon", p.bptt_horizon)]
     for name, value in positive:
-        if value < 1:
+        if not value >= 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
     nonnegative = [("train.learning_rate", t.learning_rate), ("train.clip_coef", t.clip_coef),
                    ("train.vf_coef", t.vf_coef), ("train.ent_coef", t.ent_coef),
@@ -318,17 +318,21 @@ def validate(config: Config) -> None:
                    ("train.teacher_coef", t.teacher_coef), ("train.teacher_steps", t.teacher_steps),
                    ("policy.num_layers", p.num_layers)]
     for name, value in nonnegative:
-        if value < 0:
+        if not value >= 0:    # NaN too
             raise ValueError(f"{name} must be >= 0, got {value}")
+    if t.torch_threads > 1024:
+        raise ValueError(f"train.torch_threads must be in [1, 1024], got {t.torch_threads}")
+    if t.seed >= 1 << 64:
+        raise ValueError(f"train.seed must be less than 2**64, got {t.seed}")
     for name, value in (("train.gamma", t.gamma), ("train.gae_lambda", t.gae_lambda)):
         if not 0.0 <= value <= 1.0:
             raise ValueError(f"{name} must be in [0, 1], got {value}")
     for name, value in (("train.obs_clip", t.obs_clip), ("train.reward_clip", t.reward_clip)):
-        if value <= 0:
+        if not value > 0:
             raise ValueError(f"{name} must be > 0, got {value}")
-    if t.dist_timeout <= 0:
+    if not t.dist_timeout > 0:
         raise ValueError(f"train.dist_timeout must be > 0, got {t.dist_timeout}")
-    if t.adam_eps <= 0:
+    if not t.adam_eps > 0:
         raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "

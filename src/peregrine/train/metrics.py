@@ -8,6 +8,14 @@ trainer's own record, read by the benchmarks and tests). When
 with a warning and never stops training. TensorBoard event files go to
 RUN_DIR/tensorboard when `train.tensorboard` is true (the default) and
 tensorboard is installed.
+
+Resuming (`resume_from=(updates, global_step)` of the checkpoint): a run
+killed after its last checkpoint has already logged the updates it is about
+to redo, so the logs are first cut back to the checkpoint. metrics.jsonl loses
+every line from the first record past the checkpoint's update (and a last line
+a crash cut short); TensorBoard gets `purge_step` = the checkpoint's
+global_step + 1, which hides the events logged after it from TensorBoard's
+readers. The learning curve is drawn from the cut metrics.jsonl.
 """
 from __future__ import annotations
 
@@ -16,11 +24,44 @@ import sys
 from pathlib import Path
 
 
+def cut_jsonl(path, updates: int) -> int:
+    """Cuts metrics.jsonl back to the checkpoint of update `updates`; returns the
+    number of bytes removed.
+
+    Keeps every line before the first record whose "updates" exceeds `updates`
+    (status lines of earlier segments included) and drops that record, all
+    after it, and a last line without its newline (a write a crash cut short).
+    """
+    path = Path(path)
+    if not path.is_file():
+        return 0
+    keep = 0
+    with open(path, "rb") as handle:
+        for line in handle:
+            if not line.endswith(b"\n"):
+                break
+            try:
+                record = json.loads(line)
+            except ValueError:
+                record = None
+            if isinstance(record, dict) and isinstance(record.get("updates"), int) \
+                    and record["updates"] > updates:
+                break
+            keep += len(line)
+        size = handle.seek(0, 2)
+    if keep < size:
+        with open(path, "r+b") as handle:
+            handle.truncate(keep)
+    return size - keep
+
+
 class RunLogger:
     def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True,
-                 world_size: int = 1):
+                 world_size: int = 1, resume_from: tuple[int, int] | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
+        if resume_from is not None:
+            cut_jsonl(self.run_dir / "metrics.jsonl", resume_from[0])
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self.writer = None
         if dashboard:
@@ -44,7 +85,9 @@ class RunLogger:
                 SummaryWriter = None
             try:
                 if SummaryWriter is not None:
-                    self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"))
+                    purge_step = None if resume_from is None else resume_from[1] + 1
+                    self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"),
+                                                     purge_step=purge_step)
             except Exception as error:  # noqa: BLE001
                 self._warn(f"TensorBoard logging disabled: {error}")
 

@@ -67,6 +67,25 @@ def _no_state(step, state, starts) -> None:
     """`remember` for feed-forward policies: nothing to store."""
 
 
+def check_memory(config, rows: int, obs_dim: int) -> None:
+    """MemoryError naming the settings when the rollout storage or the networks
+    (a rough upper estimate) cannot fit in RAM: refused before allocating, since
+    an overcommitted allocation fails only when first written (the OOM killer)."""
+    from ..envs.native_env import physical_memory
+    t, p = config.train, config.policy
+    width = max(p.hidden_size, p.lstm_size if p.lstm else 0)
+    per_net = (obs_dim + 64) * width + max(p.num_layers - 1, 0) * width ** 2 \
+        + (8 * width ** 2 if p.lstm else 0)
+    model = 2 * per_net * 4 * 4      # actor + critic; weights, gradients, Adam's two moments
+    storage = t.horizon * rows * (2 * obs_dim + 16) * 4
+    ram = physical_memory()
+    for what, size in (("the rollout storage (train.horizon x rows)", storage),
+                       ("the policy (policy.hidden_size / lstm_size / num_layers)", model)):
+        if size > ram:
+            raise MemoryError(f"{what} needs about {size / 2**30:,.1f} GiB, more than this "
+                              f"machine's {ram / 2**30:,.1f} GiB of RAM")
+
+
 class Trainer:
     """Owns the env batch, the policy, the optimizer and the parts of an update.
 
@@ -112,6 +131,7 @@ class Trainer:
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
+        check_memory(config, rows, math.prod(env.single_observation_space.shape))
         action_space = env.single_action_space
         self.policy = policy = Policy(env.single_observation_space, action_space, p).to(device)
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
@@ -394,8 +414,12 @@ class Trainer:
         if state["rows"] != self.rows:
             raise ValueError(f"checkpoint was trained with {state['rows']} rows but this run "
                              f"has {self.rows}; keep vec.num_envs when resuming")
-        self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.policy.load_state_dict(state["policy"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as error:
+            raise ValueError(f"checkpoint's policy does not fit this run's [policy] config "
+                             f"(keep the run's config when resuming): {error}") from None
         torch.set_rng_state(state["torch_rng"])
         self.generator.set_state(state["generator"])
         self.global_step, self.updates = int(state["global_step"]), int(state["updates"])

@@ -18,6 +18,9 @@ Several ranks (torchrun, `peregrine train --nproc N`; see distributed.py): every
 rank trains, rank 0 alone writes the run directory (its name is broadcast to the
 others); Ctrl-C on the launcher reaches every rank, the ranks agree on the
 update to stop after, and rank 0 saves once with every rank's state.
+A resumed run first cuts metrics.jsonl and TensorBoard back to the
+checkpoint's update (see metrics.RunLogger), since a crash may have logged
+updates that are redone.
 """
 from __future__ import annotations
 
@@ -127,8 +130,12 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
         if resume:
             trainer.load_state_dict(state)
         if main:
+            # On resume the logs are cut back to the checkpoint: updates logged
+            # after it are redone and logged again.
             logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard,
-                               world_size=trainer.world_size)
+                               world_size=trainer.world_size,
+                               resume_from=(trainer.updates, trainer.global_step)
+                               if resume else None)
             if on_start is not None:
                 on_start(run_dir)
         solved_at = None

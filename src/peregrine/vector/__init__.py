@@ -18,7 +18,7 @@ from ..registry import env_class
 from .common import check_count, resolve_seed
 from .emulation import GymnasiumEmulation, PettingZooEmulation, emulate
 from .export import GymnasiumEnv, GymnasiumVectorEnv, gymnasium_vector_env, sb3_vec_env
-from .processes import Multiprocessing, WorkerDiedError, WorkerError
+from .processes import Multiprocessing, WorkerDiedError, WorkerError, WorkerTimeoutError
 from .recipe import EnvRecipe
 from .serial import Serial
 from .spaces import unflatten
@@ -28,7 +28,8 @@ BACKENDS = ("native", "serial", "multiprocessing")
 
 def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 1,
          batch_size: int | None = None, num_threads: int = 1, seed: int | None = None, *,
-         overwork: bool = False, start_method: str = "spawn", **config):
+         overwork: bool = False, start_method: str = "spawn", timeout: float | None = None,
+         **config):
     """A vector env of `num_envs` envs of `env`.
 
     env: a registered native env name, or a zero-arg callable returning a
@@ -51,12 +52,17 @@ def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 
         one block reproduces the plain native env).
     start_method: "spawn" (default) or "forkserver"; "fork" only if you know
         nothing in the parent holds threads or locks.
+    timeout: Multiprocessing only: seconds a step/reset may go unanswered
+        before its workers count as hung (WorkerTimeoutError; they are killed
+        and the env closed). Default None: wait as long as it takes.
     **config: the env's config fields (and preset=) for a registered name.
     """
     if backend is None:
         backend = "native" if isinstance(env, str) else "serial"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {list(BACKENDS)}, got {backend!r}")
+    if timeout is not None and backend != "multiprocessing":
+        raise ValueError(f"timeout applies to backend 'multiprocessing' only, not {backend!r}")
     num_envs = check_count("num_envs", num_envs)
     num_workers = check_count("num_workers", num_workers)
     num_threads = check_count("num_threads", num_threads)
@@ -74,10 +80,10 @@ def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 
     if backend == "serial":
         return Serial(recipe, num_envs, num_workers, batch_size, seed)
     return Multiprocessing(recipe, num_envs, num_workers, batch_size, seed,
-                           overwork=overwork, start_method=start_method)
+                           overwork=overwork, start_method=start_method, timeout=timeout)
 
 
 __all__ = ["make", "BACKENDS", "Serial", "Multiprocessing", "EnvRecipe", "WorkerError",
-           "WorkerDiedError", "GymnasiumEmulation", "PettingZooEmulation", "emulate",
-           "unflatten", "GymnasiumEnv", "GymnasiumVectorEnv", "gymnasium_vector_env",
+           "WorkerDiedError", "WorkerTimeoutError", "GymnasiumEmulation", "PettingZooEmulation",
+           "emulate", "unflatten", "GymnasiumEnv", "GymnasiumVectorEnv", "gymnasium_vector_env",
            "sb3_vec_env"]

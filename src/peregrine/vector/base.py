@@ -43,6 +43,9 @@ class VectorBase:
         self.rows_per_worker = self.envs_per_worker * self.agents_per_env
         self.single_observation_space = facts["single_observation_space"]
         self.single_action_space = facts["single_action_space"]
+        layout = buffers_layout(self.num_agents, self.single_observation_space,
+                                self.single_action_space)
+        Buffers.check_fits(layout)   # before batch_space, which allocates per row too
         self.observation_space = batch_space(self.single_observation_space, self.num_agents)
         self.action_space = batch_space(self.single_action_space, self.num_agents)
         self.stat_names = facts["stat_names"]
@@ -62,8 +65,7 @@ class VectorBase:
                 self._action_unsigned)
         else:
             self._action_high = None
-        return buffers_layout(self.num_agents, self.single_observation_space,
-                              self.single_action_space)
+        return layout
 
     def _enable_exact_state(self):
         """For native envs: seed_streams/get_state/set_state, as on a native batch

@@ -157,17 +157,22 @@ class GymnasiumEmulation(_Unit):
             self._take_actions(actions)
         observation, reward, terminated, truncated, _info = self.env.step(
             self._to_env(self.actions[0]))
+        try:
+            reward = float(reward)
+        except (TypeError, ValueError):
+            raise ValueError(f"the env returned a reward that is not a number: "
+                             f"{reward!r}") from None
         buffers = self.buffers
         if terminated or truncated:
             terminated = bool(terminated)
             truncated = not terminated
             self._write(observation, buffers.final_observations[0])
-            self._stats.record(self._episode_return + float(reward),
+            self._stats.record(self._episode_return + reward,
                                float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
             observation, _info = self.env.reset()
         else:
-            self._episode_return += float(reward)
+            self._episode_return += reward
             self._episode_length += 1
         buffers.rewards[0] = reward
         buffers.terminals[0] = terminated

@@ -41,7 +41,11 @@ this way (code run through exec, say) makes the parent's error say so.
 Failure. A worker exception reaches the parent as WorkerError carrying the
 worker's traceback (the worker keeps serving). A worker that dies (a signal,
 os._exit) is noticed within ~50 ms by polling the process sentinels while
-waiting: WorkerDiedError, and the whole vector env is closed. `close()`,
+waiting: WorkerDiedError, and the whole vector env is closed. A worker that
+hangs (a step that never returns) cannot be told from a slow one, so by
+default the parent waits (Ctrl-C still works); with `timeout=SECONDS` a
+command unanswered for that long raises WorkerTimeoutError, and the workers
+are killed and the segment freed as for a dead worker. `close()`,
 garbage collection, interpreter exit and Ctrl-C stop every worker and unlink
 the segment; workers ignore SIGINT (the parent owns Ctrl-C) and exit on their
 own if the parent disappears.
@@ -63,7 +67,8 @@ from multiprocessing import get_context, shared_memory
 import numpy as np
 
 from .base import VectorBase
-from .common import BUFFER_NAMES, Buffers, available_cores, merge_sums, stats_to_sums
+from .common import (BUFFER_NAMES, Buffers, available_cores, merge_sums, resolve_seed,
+                     stats_to_sums)
 from .recipe import EnvRecipe
 
 DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
@@ -153,6 +158,10 @@ class WorkerError(RuntimeError):
 
 class WorkerDiedError(RuntimeError):
     """A worker process exited unexpectedly (killed by a signal, os._exit, ...)."""
+
+
+class WorkerTimeoutError(WorkerDiedError):
+    """A worker did not answer within the vector env's `timeout`; it was killed."""
 
 
 def _layout_segment(layout, num_workers):
@@ -364,7 +373,12 @@ class Multiprocessing(VectorBase):
 
     def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
                  batch_size=None, seed=None, overwork: bool = False,
-                 start_method: str = "spawn"):
+                 start_method: str = "spawn", timeout: float | None = None):
+        if timeout is not None and not (isinstance(timeout, (int, float))
+                                        and not isinstance(timeout, bool) and timeout > 0):
+            raise ValueError(f"timeout must be a positive number of seconds or None, "
+                             f"got {timeout!r}")
+        self._timeout = None     # start-up (imports, env construction) is not timed
         if start_method not in ("spawn", "forkserver", "fork"):
             raise ValueError(f"start_method must be 'spawn', 'forkserver' or 'fork', "
                              f"got {start_method!r}")
@@ -411,6 +425,7 @@ class Multiprocessing(VectorBase):
         except BaseException:
             self.close()
             raise
+        self._timeout = timeout
 
     def _start_workers(self, context, offsets, flags_offset, shutdown_offset, recipe_bytes,
                        seed):
@@ -474,6 +489,7 @@ class Multiprocessing(VectorBase):
         start = time.perf_counter()
         spin_until = start + self._parent_spin
         next_check = start + _LIVENESS_PERIOD
+        give_up = None if self._timeout is None else start + self._timeout
         while len(finished) < count or (errors and pending):
             progressed = False
             for worker in pending:
@@ -495,6 +511,8 @@ class Multiprocessing(VectorBase):
             if now > next_check:
                 self._check_alive()
                 next_check = now + _LIVENESS_PERIOD
+                if give_up is not None and now > give_up:
+                    self._timed_out(pending)
             # Sleep until some worker finishes something (a token may be stale:
             # then this is one extra look at the flags).
             done.acquire(timeout=_LIVENESS_PERIOD)
@@ -515,6 +533,15 @@ class Multiprocessing(VectorBase):
             self._inflight = [w for w in self._inflight if w not in errors]
             raise WorkerError("exception in a vector env worker:\n" + "\n".join(messages))
         return finished
+
+    def _timed_out(self, pending):
+        pids = [self._processes[w].pid for w in pending]
+        for worker in pending:   # a hung worker would not see the shutdown word
+            self._processes[worker].kill()
+        self.close()
+        raise WorkerTimeoutError(f"worker(s) {pending} (pid {pids}) did not answer within "
+                                 f"timeout={self._timeout:g} s; they were stopped and the "
+                                 "vector env is closed")
 
     def _ensure_open(self):
         if not self._finalizer.alive:
@@ -563,7 +590,7 @@ class Multiprocessing(VectorBase):
 
     # ---- the synchronous interface ---------------------------------------------------
     def reset(self, seed=None):
-        self._message_all(("reset", seed))
+        self._message_all(("reset", None if seed is None else resolve_seed(seed)))
         self._inflight, self._ready, self._batch = [], [], None
         return self.observations, {}
 

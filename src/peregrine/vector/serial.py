@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .base import VectorBase
-from .common import Buffers, merge_stats, slice_buffers
+from .common import Buffers, merge_stats, resolve_seed, slice_buffers
 from .recipe import EnvRecipe
 
 
@@ -43,11 +43,16 @@ class Serial(VectorBase):
         self._enable_exact_state()
 
     def reset(self, seed=None):
+        if not self.blocks:
+            raise RuntimeError("the vector env is closed")
+        seed = None if seed is None else resolve_seed(seed)
         for block in self.blocks:
             block.reset(seed)
         return self.observations, {}
 
     def step(self, actions):
+        if not self.blocks:
+            raise RuntimeError("the vector env is closed")
         if actions is not self.actions:
             if self._check_in_parent:
                 self._check_actions(actions, self.num_agents)

@@ -87,12 +87,19 @@ class FlatObservation:
                            and len(all_leaves[0][1].shape) == 1)
 
     def write(self, value, row: np.ndarray) -> None:
-        """Writes one observation into the 1-D row (casts; no allocation for Box leaves)."""
-        if self._simple:
-            row[...] = value if self._flat_leaf else np.ravel(value)
-            return
-        for path, offset, size in self.fields:
-            row[offset:offset + size] = np.ravel(_get(value, path))
+        """Writes one observation into the 1-D row (casts; no allocation for Box leaves).
+        ValueError naming the space when the env's observation does not fit it."""
+        try:
+            if self._simple:
+                row[...] = value if self._flat_leaf else np.ravel(value)
+                return
+            for path, offset, size in self.fields:
+                row[offset:offset + size] = np.ravel(_get(value, path))
+        except (ValueError, TypeError, KeyError, IndexError) as error:
+            shape = getattr(value, "shape", None)
+            raise ValueError(f"the env returned an observation{'' if shape is None else f' of shape {shape}'} "
+                             f"that does not fit its observation_space {self.source_space}: "
+                             f"{error}") from None
 
 
 def unflatten(flat, space, cast: bool = False):

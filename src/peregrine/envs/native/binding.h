@@ -32,6 +32,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
@@ -65,6 +66,7 @@ static const char *pg_stat_names[] = {ENV_STATS(PG_STAT_ROW)};
 #define PG_NUM_STATS ((int)(sizeof(pg_stat_names) / sizeof(pg_stat_names[0])))
 
 #define PG_MAX_THREADS 256
+#define PG_MAX_NUM_ENVS (1 << 26) /* instances per batch; rows = num_envs * agents fit in int */
 #define PG_RANGE_ALIGN 16 /* instances per SIMD/cache-friendly block */
 
 /* Reads a Python sequence of numbers into config[], checking every field. */
@@ -354,6 +356,13 @@ static int pg_get_buffer(PyObject *obj, Py_buffer *view, const char *name, char 
         PyBuffer_Release(view);
         return -1;
     }
+    /* A misaligned float/int read is undefined behaviour (and slow where it works). */
+    if ((uintptr_t)view->buf % (uintptr_t)itemsize != 0) {
+        PyErr_Format(PyExc_ValueError, "%s is not aligned to its %zd-byte elements (a view at "
+                     "an odd byte offset); pass a copy (np.ascontiguousarray)", name, itemsize);
+        PyBuffer_Release(view);
+        return -1;
+    }
     if (view->len != count * itemsize) {
         PyErr_Format(PyExc_ValueError, "%s holds %zd elements, expected %zd", name,
                      view->len / itemsize, count);
@@ -454,8 +463,9 @@ static int pg_batch_init(PgBatchObject *self, PyObject *args, PyObject *kwargs) 
                                      &num_envs, &num_threads, &objs[0], &objs[1], &objs[2],
                                      &objs[3], &objs[4], &objs[5], &objs[6]))
         return -1;
-    if (num_envs < 1 || num_envs > (1 << 26)) {
-        PyErr_Format(PyExc_ValueError, "num_envs = %d must be in [1, %d]", num_envs, 1 << 26);
+    if (num_envs < 1 || num_envs > PG_MAX_NUM_ENVS) {
+        PyErr_Format(PyExc_ValueError, "num_envs = %d must be in [1, %d]", num_envs,
+                     PG_MAX_NUM_ENVS);
         return -1;
     }
     if (num_threads < 1 || num_threads > PG_MAX_THREADS) {
@@ -540,8 +550,15 @@ static PyObject *pg_batch_run(PgBatchObject *self, int op, const uint8_t *select
 
 static PyObject *pg_batch_seed(PgBatchObject *self, PyObject *arg) {
     if (pg_check_ready(self)) return NULL;
-    unsigned long long seed = PyLong_AsUnsignedLongLongMask(arg);
-    if (PyErr_Occurred()) return NULL;
+    if (!PyLong_Check(arg)) {
+        PyErr_SetString(PyExc_ValueError, "seed must be an int in [0, 2**64)");
+        return NULL;
+    }
+    unsigned long long seed = PyLong_AsUnsignedLongLong(arg);
+    if (PyErr_Occurred()) {   /* negative or >= 2**64: never wrap silently */
+        PyErr_SetString(PyExc_ValueError, "seed must be an int in [0, 2**64)");
+        return NULL;
+    }
     for (int i = 0; i < self->env->pg.num_envs; i++)
         self->env->pg.rng[i] = pg_seed_instance((uint64_t)seed, (uint64_t)i);
     Py_RETURN_NONE;
@@ -885,6 +902,11 @@ PyMODINIT_FUNC PG_CONCAT(PyInit_, ENV_MODULE_IDENT)(void) {
     if (PyType_Ready(&PgBatchType) < 0) return NULL;
     PyObject *module = PyModule_Create(&pg_module_def);
     if (!module) return NULL;
+    if (PyModule_AddIntConstant(module, "MAX_NUM_ENVS", PG_MAX_NUM_ENVS) < 0 ||
+        PyModule_AddIntConstant(module, "MAX_THREADS", PG_MAX_THREADS) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
     Py_INCREF(&PgBatchType);
     if (PyModule_AddObject(module, "Batch", (PyObject *)&PgBatchType) < 0) {
         Py_DECREF(&PgBatchType);
