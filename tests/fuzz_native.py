@@ -101,12 +101,13 @@ def fuzz_binding(name):
         else:
             raise AssertionError("seed_instance accepted a bad instance")
     for seed in (-1, 1 << 64, 1.5, "1"):
-        try:
-            batch.seed(seed)
-        except ValueError:
-            pass
-        else:
-            raise AssertionError(f"seed accepted {seed!r}")
+        for call in (lambda: batch.seed(seed), lambda: batch.seed_instance(0, seed)):
+            try:
+                call()
+            except ValueError:
+                pass
+            else:
+                raise AssertionError(f"seed accepted {seed!r}")
     env.close()
     try:
         batch.step()

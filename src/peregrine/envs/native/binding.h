@@ -548,19 +548,23 @@ static PyObject *pg_batch_run(PgBatchObject *self, int op, const uint8_t *select
     Py_RETURN_NONE;
 }
 
+/* A seed argument as uint64: an int in [0, 2**64), never wrapped silently. */
+static int pg_seed_arg(PyObject *arg, uint64_t *seed) {
+    unsigned long long value = PyLong_Check(arg) ? PyLong_AsUnsignedLongLong(arg) : 0;
+    if (!PyLong_Check(arg) || PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_SetString(PyExc_ValueError, "seed must be an int in [0, 2**64)");
+        return -1;
+    }
+    *seed = (uint64_t)value;
+    return 0;
+}
+
 static PyObject *pg_batch_seed(PgBatchObject *self, PyObject *arg) {
-    if (pg_check_ready(self)) return NULL;
-    if (!PyLong_Check(arg)) {
-        PyErr_SetString(PyExc_ValueError, "seed must be an int in [0, 2**64)");
-        return NULL;
-    }
-    unsigned long long seed = PyLong_AsUnsignedLongLong(arg);
-    if (PyErr_Occurred()) {   /* negative or >= 2**64: never wrap silently */
-        PyErr_SetString(PyExc_ValueError, "seed must be an int in [0, 2**64)");
-        return NULL;
-    }
+    uint64_t seed;
+    if (pg_check_ready(self) || pg_seed_arg(arg, &seed)) return NULL;
     for (int i = 0; i < self->env->pg.num_envs; i++)
-        self->env->pg.rng[i] = pg_seed_instance((uint64_t)seed, (uint64_t)i);
+        self->env->pg.rng[i] = pg_seed_instance(seed, (uint64_t)i);
     Py_RETURN_NONE;
 }
 
@@ -578,10 +582,12 @@ static int pg_check_instance(PgBatchObject *self, int instance) {
  * the same whatever the instance's index. */
 static PyObject *pg_batch_seed_instance(PgBatchObject *self, PyObject *args) {
     int instance;
-    unsigned long long seed;
-    if (!PyArg_ParseTuple(args, "iK", &instance, &seed)) return NULL;
-    if (pg_check_ready(self) || pg_check_instance(self, instance)) return NULL;
-    self->env->pg.rng[instance] = pg_seed_instance((uint64_t)seed, 0);
+    PyObject *seed_obj;
+    uint64_t seed;
+    if (!PyArg_ParseTuple(args, "iO", &instance, &seed_obj)) return NULL;
+    if (pg_check_ready(self) || pg_check_instance(self, instance) ||
+        pg_seed_arg(seed_obj, &seed)) return NULL;
+    self->env->pg.rng[instance] = pg_seed_instance(seed, 0);
     Py_RETURN_NONE;
 }
 
