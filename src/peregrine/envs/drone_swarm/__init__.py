@@ -114,6 +114,7 @@ MAX_CELLS_PER_SIDE = 128
 HEADER_SIZE = 7
 DRONE_FIELDS = 7
 VICTIM_FIELDS = 8
+OBSTACLE_FIELDS = 5
 
 
 def cells_per_side(config) -> int:
@@ -129,8 +130,15 @@ def state_layout(config) -> dict:
     victims = drones + DRONE_FIELDS * n
     visited = victims + VICTIM_FIELDS * m
     own = visited + words
+    obstacles = own + words * n
     return {"drones": drones, "victims": victims, "visited": visited, "own_visited": own,
-            "words": words, "cells_per_side": side, "size": own + words * n}
+            "obstacles": obstacles, "words": words, "cells_per_side": side,
+            "size": obstacles + OBSTACLE_FIELDS * int(config.get("n_obstacles", 0))}
+
+
+WILDERNESS = {"world_size": 120.0, "n_drones": 10, "n_victims": 8, "r_comm": 15.0, "r_sense": 30.0,
+              "r_confirm_radius": 5.0, "t_confirm": 2, "m_deliver": 240, "victim_min_dist": 35.0,
+              "victim_max_dist": 55.0, "spawn_radius": 12.0, "max_steps": 1000}
 
 
 class DroneSwarm(NativeEnv):
@@ -147,6 +155,12 @@ class DroneSwarm(NativeEnv):
         "randomised": {"randomise": 1},
         "large_area": {"world_size": 200.0, "n_drones": 16, "n_victims": 20,
                        "victim_max_dist": 140.0},
+        # the reference's (PufferDroneSwarm) hard wilderness world, and with obstacles
+        "wilderness": WILDERNESS,
+        "wilderness_obstacles": {**WILDERNESS, "n_obstacles": 3, "obstacle_max_size": 18.0,
+                                 "obs_n_obstacles": 2},
+        "wilderness_obstacles_hard": {**WILDERNESS, "n_obstacles": 6, "obstacle_max_size": 25.0,
+                                      "obs_n_obstacles": 3},
     }
 
     @classmethod
@@ -183,6 +197,14 @@ class DroneSwarm(NativeEnv):
         if c["p_comm_drop_min"] > c["p_comm_drop_max"]:
             raise ValueError(f"config field 'p_comm_drop_min' = {c['p_comm_drop_min']:g} must be "
                              f"<= p_comm_drop_max = {c['p_comm_drop_max']:g}")
+        if c["n_obstacles"] > 0:
+            if c["obstacle_min_size"] > c["obstacle_max_size"]:
+                raise ValueError(f"config field 'obstacle_min_size' = {c['obstacle_min_size']:g} "
+                                 f"must be <= obstacle_max_size = {c['obstacle_max_size']:g}")
+            if c["obstacle_max_size"] + 2.0 * c["obstacle_margin"] > size:
+                raise ValueError(f"config field 'obstacle_max_size' = {c['obstacle_max_size']:g} "
+                                 f"plus twice obstacle_margin = {c['obstacle_margin']:g} must fit "
+                                 f"in world_size = {size:g}")
         for k in range(4):
             name = f"t_confirm_choice_{k}"
             if c[name] == 0:
