@@ -208,3 +208,19 @@ def test_bad_obstacle_configs_name_the_field(config, field):
         DroneSwarm(num_envs=1, seed=0, **config)
     with pytest.raises(ValueError, match=field):
         DroneSwarmReference(num_envs=1, seed=0, **config)
+
+
+def test_renderer_draws_obstacles():
+    from peregrine.envs.drone_swarm.render import COLOURS, draw_frame
+    with DroneSwarm(num_envs=1, seed=0, **WALL) as env:
+        state = decode_state(env.get_state(0), env.config)
+        state["obstacles"][:] = [(1, 10.0, 60.0, 30.0, 70.0), (0, 70.0, 10.0, 90.0, 30.0)]
+        image = draw_frame(state, env.config, size=200)
+    scale = 199 / 100.0
+
+    def colour_at(x, y):
+        return image.getpixel((int(round(x * scale)), int(round(199 - y * scale))))
+
+    assert colour_at(20, 65) == COLOURS["obstacle"]
+    assert colour_at(20, 75) != COLOURS["obstacle"]     # above it
+    assert colour_at(80, 20) != COLOURS["obstacle"]     # the absent slot is not drawn
