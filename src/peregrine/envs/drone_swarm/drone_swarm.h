@@ -11,7 +11,9 @@
  * distance value is needed, no trig (spawning is rejection sampling), and
  * the same splitmix64 draws in the same order:
  *   reset: [randomisation: r_comm, p_comm_drop, t_confirm pick, m_deliver
- *          pick] then per drone (x, y) pairs until accepted, then per victim;
+ *          pick], [obstacles: per obstacle (w, h, x0, y0) tries until
+ *          accepted], then per drone (x, y) pairs until accepted, then per
+ *          victim;
  *   step:  link drops (only when p_comm_drop > 0): base links of drones
  *          0..n-1, then pairs (i < j) lexicographic, each in-range live link;
  *          detections: (scanning drone, undelivered victim within r_sense)
