@@ -154,6 +154,8 @@ class ScriptedSwarm:
     detour_clearance = 2.0
     #: steps without progress after which a searching drone skips its waypoint
     stuck_steps = 6
+    #: use the obstacle slots (False: obstacle-blind, for measuring what awareness buys)
+    avoid_obstacles = True
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -184,7 +186,7 @@ class ScriptedSwarm:
         self.ignore_left = np.zeros(shape, np.int32)
         self.pending_reset = np.ones(self.num_envs, bool)
         # obstacles remembered from the observations: [E, n_obstacles, 4] corners
-        self.obstacle_slots = p["obs_n_obstacles"] if p["n_obstacles"] > 0 else 0
+        self.obstacle_slots = p["obs_n_obstacles"] if p["n_obstacles"] > 0 and self.avoid_obstacles else 0
         self.known = np.zeros((self.num_envs, max(p["n_obstacles"], 1), 4))
         self.known_count = np.zeros(self.num_envs, np.int64)
         self.last_pos = np.zeros(shape + (2,))
@@ -328,10 +330,21 @@ class ScriptedSwarm:
                 self.known[add, self.known_count[add]] = candidate[add]
                 self.known_count[add] += 1
 
+    def _known_live(self) -> np.ndarray:
+        """(E, 1, O) bool: which slots of self.known hold a remembered obstacle."""
+        return np.arange(self.known.shape[1])[None, None, :] < self.known_count[:, None, None]
+
+    def _inside_known(self, points, grow: float) -> np.ndarray:
+        """(E, k, O) bool: points (E, k, 2) strictly inside a remembered obstacle grown by `grow`."""
+        r = self.known[:, None, :, :]
+        x, y = points[..., 0:1], points[..., 1:2]
+        return (self._known_live() & (x > r[..., 0] - grow) & (x < r[..., 2] + grow)
+                & (y > r[..., 1] - grow) & (y < r[..., 3] + grow))
+
     def _segment_hits(self, a, b) -> np.ndarray:
         """(E, n, O) bool: does segment a -> b (E, n, 2) cross a remembered obstacle's interior?"""
         rects = self.known[:, None, :, :]
-        live = np.arange(self.known.shape[1])[None, None, :] < self.known_count[:, None, None]
+        live = self._known_live()
         a, d = a[:, :, None, :], (b - a)[:, :, None, :]
         shape = (a.shape[0], a.shape[1], self.known.shape[1])
         lo = np.full(shape, -np.inf)
@@ -354,11 +367,10 @@ class ScriptedSwarm:
             return goal
         g = self.detour_clearance
         grown = self.known + np.array([-g, -g, g, g])
-        live = np.arange(self.known.shape[1])[None, None, :] < self.known_count[:, None, None]
         # a goal inside a grown obstacle moves to the nearest point of its boundary
         x, y = goal[..., 0:1], goal[..., 1:2]
         r = grown[:, None, :, :]
-        inside = live & (x > r[..., 0]) & (x < r[..., 2]) & (y > r[..., 1]) & (y < r[..., 3])
+        inside = self._inside_known(goal, g)
         if inside.any():
             pushes = np.stack([r[..., 0] - x, r[..., 2] - x, r[..., 1] - y, r[..., 3] - y], -1)
             which = np.abs(pushes).argmin(-1)
@@ -401,12 +413,7 @@ class ScriptedSwarm:
         reached = np.sqrt(((current - pos) ** 2).sum(-1)) <= self.params["v_max"]
         if not self.obstacle_slots:
             return reached
-        g = self.detour_clearance
-        r = self.known[:, None, :, :]
-        live = np.arange(self.known.shape[1])[None, None, :] < self.known_count[:, None, None]
-        x, y = current[..., 0:1], current[..., 1:2]
-        buried = (live & (x > r[..., 0] - g) & (x < r[..., 2] + g)
-                  & (y > r[..., 1] - g) & (y < r[..., 3] + g)).any(-1)
+        buried = self._inside_known(current, self.detour_clearance).any(-1)
         return reached | buried | (self.stuck[:, owners] >= self.stuck_steps)
 
     def _track_progress(self, pos) -> None:

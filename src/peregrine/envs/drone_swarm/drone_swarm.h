@@ -469,6 +469,12 @@ static inline float ds_rect_d2(const float *o, float x, float y) {
 /* Does the segment a -> b cross the open interior of rectangle o? Slab test:
  * the open parameter intervals of the two slabs, intersected with [0, 1]. */
 static inline int ds_segment_blocked(const float *o, float ax, float ay, float bx, float by) {
+    /* A segment whose bounding box stays off the open interior cannot cross it:
+     * the slab test below says so too (monotonic rounding puts its entry at
+     * t >= 1 or its exit at t <= 0), so this only skips the divisions. */
+    float min_x = ax < bx ? ax : bx, max_x = ax < bx ? bx : ax;
+    float min_y = ay < by ? ay : by, max_y = ay < by ? by : ay;
+    if ((max_x <= o[0]) | (min_x >= o[2]) | (max_y <= o[1]) | (min_y >= o[3])) return 0;
     float dx = bx - ax, dy = by - ay;
     float lo = -INFINITY, hi = INFINITY;
     if (dx != 0.0f) {
