@@ -467,7 +467,10 @@ static inline float ds_rect_d2(const float *o, float x, float y) {
 }
 
 /* Does the segment a -> b cross the open interior of rectangle o? Slab test:
- * the open parameter intervals of the two slabs, intersected with [0, 1]. */
+ * on each axis with a non-zero step the segment parameter t is strictly inside
+ * the slab on the open interval between the two face crossings; with a zero
+ * step the point must be strictly inside the slab. Blocked when the two
+ * intervals overlap within [0, 1]. */
 static inline int ds_segment_blocked(const float *o, float ax, float ay, float bx, float by) {
     /* A segment whose bounding box stays off the open interior cannot cross it:
      * the slab test below says so too (monotonic rounding puts its entry at
@@ -532,72 +535,6 @@ static void ds_place_obstacles(Env *env, int i, uint64_t *rng) {
     }
     for (int f = 4 * count; f < 4 * env->n_obstacles; f++) placed[f] = 0.0f;
     env->obstacle_count[i] = count;
-}
-
-/* Moving along one axis from `from` to `to` at the other coordinate `across`:
- * the first face in the way stops the drone on it (lo/hi: the rectangles'
- * faces on this axis, a_lo/a_hi: on the other one). */
-static inline float ds_stop_at_faces(const float *ob, int count, int axis, float from, float to,
-                                     float across) {
-    for (int o = 0; o < count; o++, ob += 4) {
-        float lo = ob[axis], hi = ob[axis + 2], a_lo = ob[1 - axis], a_hi = ob[3 - axis];
-        if (!(across > a_lo && across < a_hi)) continue;
-        if (to > from && from <= lo && to > lo) to = lo;
-        if (to < from && from >= hi && to < hi) to = hi;
-    }
-    return to;
-}
-
-/* Phase 1 with obstacles, instance i (after the block's free movement): the
- * move is resolved axis by axis, x first at the old y, then y at the new x; a
- * drone stops on the face of the first obstacle in its way and slides along
- * it. Cells are recomputed from the resolved positions. */
-static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
-                             int32_t *cell) {
-    const int n = env->n, count = env->obstacle_count[i];
-    if (count == 0) return;
-    const float *ob = ds_obstacles_of(env, i);
-    float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
-    for (int d = 0; d < n; d++) {
-        float nx = ds_stop_at_faces(ob, count, 0, old_x[d], x[d], old_y[d]);
-        float ny = ds_stop_at_faces(ob, count, 1, old_y[d], y[d], nx);
-        x[d] = nx;
-        y[d] = ny;
-        cell[d] = ds_cell(env, nx, ny);
-    }
-}
-
-/* Line of sight for phases 4 and 6: a hidden victim's squared distance becomes
- * +inf for that drone (so it is out of every range), then the per-drone counts
- * are recomputed. Only pairs within reach2 (the largest range) are tested. */
-static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *scanners,
-                       const float *x, const float *y, const float *vx, const float *vy,
-                       const int32_t *status, float rc2, float rs2, float near2, float *victim_d2,
-                       int32_t *counts) {
-    const int m = env->m, count = env->obstacle_count[i];
-    if (count == 0) return;
-    const float *ob = ds_obstacles_of(env, i);
-    float reach2 = rs2 > rc2 ? rs2 : rc2;
-    reach2 = reach2 > near2 ? reach2 : near2;
-    for (int j = 0; j < num_scanners; j++) {
-        const int d = scanners[j];
-        float *row = victim_d2 + (size_t)d * m;
-        int32_t confirm = 0, sense = 0, near = 0;
-        for (int v = 0; v < m; v++) {
-            if (row[v] <= reach2) {
-                int hidden = 0;
-                for (int o = 0; o < count && !hidden; o++)
-                    hidden = ds_segment_blocked(ob + 4 * o, x[d], y[d], vx[v], vy[v]);
-                if (hidden) row[v] = INFINITY;
-            }
-            confirm += row[v] <= rc2;
-            sense += row[v] <= rs2;
-            near += (status[v] == DS_UNKNOWN) & (row[v] <= near2);
-        }
-        counts[3 * d + 0] = confirm;
-        counts[3 * d + 1] = sense;
-        counts[3 * d + 2] = near;
-    }
 }
 
 /* The obstacle slots of every drone row of instance i: the k_obstacles nearest
@@ -665,6 +602,78 @@ static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
 static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     float upper = x > hi ? hi : x;
     return upper < lo ? lo : upper;
+}
+
+/* Movement along one axis for n drones (instance i's obstacles): from `from`
+ * towards `to` at the other coordinate `across`, a drone stops on the first
+ * face in its way (lo/hi: the rectangles' faces on this axis, a_lo/a_hi: on
+ * the other). Branch-free and drone-major so it vectorizes; per drone the
+ * obstacles apply in index order. */
+DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int axis,
+                                       const float *restrict from, float *restrict to,
+                                       const float *restrict across) {
+    for (int o = 0; o < count; o++) {
+        const float lo = ob[4 * o + axis], hi = ob[4 * o + axis + 2];
+        const float a_lo = ob[4 * o + 1 - axis], a_hi = ob[4 * o + 3 - axis];
+        for (size_t d = 0; d < n; d++) {
+            float f = from[d], t = to[d], a = across[d];
+            int32_t in = (a > a_lo) & (a < a_hi);
+            int32_t forward = in & (t > f) & (f <= lo) & (t > lo);
+            t = forward ? lo : t;
+            int32_t back = in & (t < f) & (f >= hi) & (t < hi);
+            to[d] = back ? hi : t;
+        }
+    }
+}
+
+/* Phase 1 with obstacles, instance i (after the block's free movement): the
+ * move is resolved axis by axis, x first at the old y, then y at the new x; a
+ * drone stops on the face of the first obstacle in its way and slides along
+ * it. Cells are recomputed from the resolved positions. */
+static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
+                             int32_t *cell) {
+    const int n = env->n, count = env->obstacle_count[i];
+    if (count == 0) return;
+    const float *ob = ds_obstacles_of(env, i);
+    float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+    ds_stop_at_faces((size_t)n, ob, count, 0, old_x, x, old_y);
+    ds_stop_at_faces((size_t)n, ob, count, 1, old_y, y, x);
+    for (int d = 0; d < n; d++) cell[d] = ds_cell(env, x[d], y[d]);
+}
+
+/* Line of sight for phases 4 and 6, instance i: hidden victims' squared
+ * distances become +inf for that drone, then the per-drone counts are
+ * recomputed. Only pairs within reach2 (the largest range) are tested, each
+ * with a bounding-box reject first (scalar: a branch-free version that ran
+ * the divisions for every pair measured 4x slower). */
+static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *scanners,
+                       const float *x, const float *y, const float *vx, const float *vy,
+                       const int32_t *status, float rc2, float rs2, float near2, float *victim_d2,
+                       int32_t *counts) {
+    const int m = env->m, count = env->obstacle_count[i];
+    if (count == 0) return;
+    const float *ob = ds_obstacles_of(env, i);
+    float reach2 = rs2 > rc2 ? rs2 : rc2;
+    reach2 = reach2 > near2 ? reach2 : near2;
+    for (int j = 0; j < num_scanners; j++) {
+        const int d = scanners[j];
+        float *row = victim_d2 + (size_t)d * m;
+        int32_t confirm = 0, sense = 0, near = 0;
+        for (int v = 0; v < m; v++) {
+            if (row[v] <= reach2) {
+                int hidden = 0;
+                for (int o = 0; o < count && !hidden; o++)
+                    hidden = ds_segment_blocked(ob + 4 * o, x[d], y[d], vx[v], vy[v]);
+                if (hidden) row[v] = INFINITY;
+            }
+            confirm += row[v] <= rc2;
+            sense += row[v] <= rs2;
+            near += (status[v] == DS_UNKNOWN) & (row[v] <= near2);
+        }
+        counts[3 * d + 0] = confirm;
+        counts[3 * d + 1] = sense;
+        counts[3 * d + 2] = near;
+    }
 }
 
 /* Phases 1-2 for n <= DS_BLOCK_DRONES consecutive drone rows (any number of
