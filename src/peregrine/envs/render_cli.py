@@ -2,8 +2,9 @@
 
 The policy and the world are resolved as in `peregrine eval` (a scripted
 policy name or a checkpoint path; a checkpoint's own env config unless
-`--preset` is given, `--env.KEY VALUE` overrides). Each env with a renderer lists its module in RENDERERS;
-the module provides render_episode(env, policy, out_path, ...).
+`--preset` is given; `--env.KEY VALUE` overrides). Each env with a renderer
+lists its module in RENDERERS; the module provides
+render_episode(env, policy, out_path, ...).
 """
 from __future__ import annotations
 
