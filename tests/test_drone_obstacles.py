@@ -197,19 +197,6 @@ def test_inconsistent_obstacle_states_are_refused():
     env.close()
 
 
-@pytest.mark.parametrize("config, field", [
-    ({"n_obstacles": 2, "obstacle_min_size": 20.0, "obstacle_max_size": 10.0}, "obstacle_min_size"),
-    ({"n_obstacles": 2, "obstacle_max_size": 95.0}, "obstacle_max_size"),
-    ({"n_obstacles": 17}, "n_obstacles"),
-    ({"obs_n_obstacles": 17}, "obs_n_obstacles"),
-])
-def test_bad_obstacle_configs_name_the_field(config, field):
-    with pytest.raises(ValueError, match=field):
-        DroneSwarm(num_envs=1, seed=0, **config)
-    with pytest.raises(ValueError, match=field):
-        DroneSwarmReference(num_envs=1, seed=0, **config)
-
-
 def test_renderer_draws_obstacles():
     from peregrine.envs.drone_swarm.render import COLOURS, draw_frame
     with DroneSwarm(num_envs=1, seed=0, **WALL) as env:

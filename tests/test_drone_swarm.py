@@ -372,6 +372,10 @@ def test_config_boundaries_run_finite(config):
     ({"t_confirm_choice_2": 0}, "t_confirm_choice_2"),
     ({"max_steps": 0}, "max_steps"),
     ({"p_comm_drop": 1.5}, "p_comm_drop"),
+    ({"n_obstacles": 2, "obstacle_min_size": 20.0, "obstacle_max_size": 10.0}, "obstacle_min_size"),
+    ({"n_obstacles": 2, "obstacle_max_size": 95.0}, "obstacle_max_size"),  # + 2 margins > world
+    ({"n_obstacles": 17}, "n_obstacles"),
+    ({"obs_n_obstacles": 17}, "obs_n_obstacles"),
 ])
 def test_invalid_configs_name_the_field(config, field):
     with pytest.raises(ValueError, match=field):
@@ -388,7 +392,10 @@ def test_c_refuses_cross_field_errors_on_its_own():
                              ({"world_size": 10.0}, "victim_min_dist"),
                              ({"cell_size": 0.1}, "cell_size"),
                              ({"t_confirm_choice_0": 0.0}, "t_confirm_choice_0"),
-                             ({"spawn_radius": -0.5}, "spawn_radius")]:
+                             ({"spawn_radius": -0.5}, "spawn_radius"),
+                             ({"n_obstacles": 2.0, "obstacle_min_size": 20.0,
+                               "obstacle_max_size": 10.0}, "obstacle_min_size"),
+                             ({"n_obstacles": 2.0, "obstacle_max_size": 95.0}, "obstacle_max_size")]:
         values = [{**defaults, **overrides}[name] for name, *_ in CONFIG_FIELDS]
         with pytest.raises(ValueError, match=field):
             _drone_swarm.describe(values)
