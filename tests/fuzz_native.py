@@ -1,8 +1,10 @@
 """Adversarial inputs for every registered native env; run under ASan/UBSan by
 test_sanitizers.py (it also runs fine without sanitizers).
 
-For each env: every config field at its minimum and at its maximum (configs
-that the Python checks refuse are skipped: refusing is the right answer),
+For each env: every preset, and every config field at its minimum and at its
+maximum, on the default config and, where the env names one (`fuzz_preset`),
+on that preset too (configs that the Python checks refuse are skipped:
+refusing is the right answer),
 random and hostile actions (NaN, inf, 1e30, denormals, out-of-range integers
 straight into the C binding) with random held instances and masked resets,
 and abuse of the binding's own API.
@@ -120,10 +122,13 @@ def fuzz_binding(name):
 def main(names):
     rng = np.random.default_rng(0)
     for name in names:
-        fields = env_class(name).config_fields()
-        configs = [{}]
-        for field, _default, low, high, is_integer in fields:
-            configs += [{field: low}, {field: high}]
+        cls = env_class(name)
+        fields = cls.config_fields()
+        configs = [{"preset": preset} for preset in cls.presets]
+        bases = [{}] + ([{"preset": cls.fuzz_preset}] if getattr(cls, "fuzz_preset", None) else [])
+        for base in bases:
+            for field, _default, low, high, is_integer in fields:
+                configs += [{**base, field: low}, {**base, field: high}]
         ran = sum(fuzz_config(name, config, rng) for config in configs)
         fuzz_binding(name)
         print(f"{name}: {ran}/{len(configs)} configs fuzzed", flush=True)

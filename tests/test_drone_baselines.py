@@ -137,3 +137,46 @@ def test_random_policy_is_seeded():
     b.reset(env)
     np.testing.assert_array_equal(a(env.observations), b(env.observations))
     env.close()
+
+
+@pytest.mark.parametrize("name", ["lawnmower", "voronoi"])
+def test_baselines_go_round_obstacles(name):
+    # 6 obstacles up to 25 units; without detours a drone pressed against a wall stays there
+    stats = evaluate("drone_swarm", name, episodes=8, seed=5, preset="wilderness_obstacles_hard")
+    assert stats["mean"]["delivered"] >= 7.5 and stats["mean"]["success"] >= 0.6
+
+
+def test_obstacles_are_remembered_from_the_observations():
+    env = peregrine.make("drone_swarm", num_envs=4, seed=2, preset="wilderness_obstacles_hard")
+    policy = make_policy("voronoi")
+    policy.reset(env)
+    policy(env.observations)
+    for e in range(4):
+        table = decode_state(env.get_state(e), env.config)["obstacles"]
+        truth = table[table[:, 0] == 1, 1:]
+        known = policy.known[e, :policy.known_count[e]]
+        assert 0 < len(known) <= len(truth)
+        # every remembered obstacle is a real one, up to float32 rounding of the slots
+        assert (np.abs(known[:, None, :] - truth[None]).max(-1).min(1) < 1e-3).all()
+    env.close()
+
+
+def test_a_blocked_path_goes_via_a_reachable_corner():
+    env = peregrine.make("drone_swarm", num_envs=1, seed=0, preset="wilderness_obstacles")
+    policy = make_policy("voronoi")
+    policy.reset(env)
+    env.close()
+    policy.known[0, 0] = (40.0, 40.0, 50.0, 80.0)
+    policy.known_count[0] = 1
+    pos = np.zeros((1, policy.n, 2))
+    goal = np.zeros((1, policy.n, 2))
+    pos[0, :] = (30.0, 60.0)
+    goal[0, :] = (60.0, 62.0)
+    goal[0, 1] = (35.0, 62.0)                       # drone 1: nothing in the way
+    via = policy._navigate(pos, goal)
+    g = policy.detour_clearance
+    assert tuple(via[0, 0]) in {(40.0 - g, 40.0 - g), (40.0 - g, 80.0 + g)}
+    assert tuple(via[0, 1]) == (35.0, 62.0)
+    # a goal inside the obstacle is pushed out to its nearest side
+    goal[0, 1] = (41.0, 70.0)
+    assert tuple(policy._navigate(pos, goal)[0, 1]) == (40.0 - g, 70.0)

@@ -61,6 +61,12 @@ PARITY_CONFIGS = {
     "link_drops": ({"p_comm_drop": 0.3, "max_steps": 150}, 3),
     "randomised": ({"randomise": 1, "max_steps": 150}, 4),
     "batteries_run_out": ({"c_idle": 0.02, "max_steps": 200}, 3),
+    # obstacles: the hard wilderness world, and many small ones with fast drones
+    # (walls stop drones every few steps, many victims hidden)
+    "obstacles_wilderness_hard": ({"preset": "wilderness_obstacles_hard", "max_steps": 150}, 4),
+    "obstacles_dense_fast": ({"n_obstacles": 16, "obstacle_min_size": 3.0, "obstacle_max_size": 12.0,
+                              "obstacle_separation": 0.0, "obs_n_obstacles": 4, "r_sense": 40.0,
+                              "v_max": 9.0, "max_steps": 120}, 6),
 }
 
 
@@ -86,7 +92,7 @@ def test_spaces_rows_and_presets():
         with DroneSwarm(num_envs=2, seed=0, preset=preset) as env:
             n = env.config["n_drones"]
             assert env.agents_per_env == n and env.num_agents == 2 * n
-            assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"]
+            assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] + 4 * env.config["obs_n_obstacles"]
             assert env.single_action_space.shape == (3,)
             obs, rewards, *_ = env.step(np.zeros((env.num_agents, 3), np.float32))
             assert np.isfinite(obs).all() and (np.abs(obs) <= 1).all()
@@ -366,6 +372,10 @@ def test_config_boundaries_run_finite(config):
     ({"t_confirm_choice_2": 0}, "t_confirm_choice_2"),
     ({"max_steps": 0}, "max_steps"),
     ({"p_comm_drop": 1.5}, "p_comm_drop"),
+    ({"n_obstacles": 2, "obstacle_min_size": 20.0, "obstacle_max_size": 10.0}, "obstacle_min_size"),
+    ({"n_obstacles": 2, "obstacle_max_size": 95.0}, "obstacle_max_size"),  # + 2 margins > world
+    ({"n_obstacles": 17}, "n_obstacles"),
+    ({"obs_n_obstacles": 17}, "obs_n_obstacles"),
 ])
 def test_invalid_configs_name_the_field(config, field):
     with pytest.raises(ValueError, match=field):
@@ -382,7 +392,10 @@ def test_c_refuses_cross_field_errors_on_its_own():
                              ({"world_size": 10.0}, "victim_min_dist"),
                              ({"cell_size": 0.1}, "cell_size"),
                              ({"t_confirm_choice_0": 0.0}, "t_confirm_choice_0"),
-                             ({"spawn_radius": -0.5}, "spawn_radius")]:
+                             ({"spawn_radius": -0.5}, "spawn_radius"),
+                             ({"n_obstacles": 2.0, "obstacle_min_size": 20.0,
+                               "obstacle_max_size": 10.0}, "obstacle_min_size"),
+                             ({"n_obstacles": 2.0, "obstacle_max_size": 95.0}, "obstacle_max_size")]:
         values = [{**defaults, **overrides}[name] for name, *_ in CONFIG_FIELDS]
         with pytest.raises(ValueError, match=field):
             _drone_swarm.describe(values)

@@ -9,6 +9,13 @@ policy name ("random", or one of the env's baselines such as drone_swarm's
 "lawnmower"), a checkpoint path, or a policy object (callable(observations) ->
 actions, optionally with `reset(env)` and `observe_done(terminals, truncations)`).
 
+The world (env config) an evaluation runs in: a checkpoint is evaluated in the
+world it was trained in (its [env] section: preset and config fields, rewards
+included) unless `preset` is given; any other policy in the "default" preset.
+Config fields passed as keywords override either. `eval_world` resolves this
+once for `evaluate`, `peregrine eval` and `peregrine render`; the result says
+which world ran ("world").
+
 How episodes are counted, so that the statistics are unbiased and their count
 is exactly `episodes`: every instance of a batch contributes only its first
 episode (a batch that took "the first N episodes to finish" would favour
@@ -33,18 +40,60 @@ ROUND_SEED_STRIDE = 1_000_003
 DEFAULT_MAX_EPISODE_STEPS = 100_000
 
 
+def is_checkpoint(env_name: str, policy) -> bool:
+    """True when `policy` names a checkpoint file or run directory (not a scripted name)."""
+    return (isinstance(policy, (str, os.PathLike)) and os.fspath(policy) not in
+            scripted_policy_names(env_name) and os.path.exists(os.fspath(policy)))
+
+
+def eval_world(env_name: str, policy, preset: str | None = None, overrides: dict | None = None) -> dict:
+    """The env keywords an evaluation of `policy` runs with, and where they come from.
+
+    Returns {"kwargs": keywords for `make` (preset and fields), "description":
+    one line for output headers, "explicit": whether the caller chose the world}.
+    A checkpoint's own world is the default; `preset` replaces it; `overrides`
+    (config fields) apply on top.
+    """
+    overrides = dict(overrides or {})
+    if preset is not None:
+        base, source = {"preset": preset}, f"preset {preset}"
+    elif is_checkpoint(env_name, policy):
+        try:
+            from .train.checkpoint import env_kwargs
+        except ImportError as error:
+            raise ValueError(f"cannot read checkpoint {os.fspath(policy)!r}: the trainer "
+                             f"(needs torch) is not available: {error}") from None
+        trained_name, base = env_kwargs(policy)
+        if trained_name is not None and trained_name != env_name:
+            raise ValueError(f"checkpoint {os.fspath(policy)!r} was trained on {trained_name!r}, "
+                             f"not {env_name!r}")
+        fields = [f"{k}={v!r}" for k, v in base.items() if k != "preset"]
+        source = (f"the checkpoint's own (preset {base.get('preset', 'default')}"
+                  + (f", {', '.join(fields)}" if fields else "") + ")")
+        if trained_name is None:
+            source = "preset default (the checkpoint records no env config)"
+    else:
+        base, source = {}, "preset default"
+    if overrides:
+        source += ", overridden: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
+    return {"kwargs": {**base, **overrides}, "description": source,
+            "explicit": preset is not None or bool(overrides)}
+
+
 def _check_positive(name: str, value) -> int:
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 1:
         raise ValueError(f"{name} must be a positive int, got {value!r}")
     return int(value)
 
 
-def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, preset: str = "default",
+def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, preset: str | None = None,
              num_envs: int | None = None, num_threads: int = 1, **config) -> dict:
     """Runs `episodes` complete episodes and returns their statistics.
 
-    Returns {"env", "policy", "episodes": n, "mean": {stat: v}, "std": {stat: v}}
-    where std is the population standard deviation over the n episodes.
+    Returns {"env", "policy", "preset", "world", "env_config", "episodes": n,
+    "mean": {stat: v}, "std": {stat: v}} where std is the population standard
+    deviation over the n episodes, "world" describes where the env config came
+    from (see `eval_world`) and "env_config" is the resolved config.
     `num_envs` caps the instances stepped at once (default: min(episodes, 1024)).
     """
     if env_name not in list_envs():
@@ -54,6 +103,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
 
+    world = eval_world(env_name, policy, preset, config)
     count, sums, squares, names = 0, None, None, None
     bound = None
     rounds = -(-episodes // num_envs)
@@ -63,10 +113,12 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
             break
         round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
         env = make(env_name, num_envs=min(num_envs, needed), seed=round_seed,
-                   num_threads=num_threads, preset=preset, **config)
+                   num_threads=num_threads, **world["kwargs"])
         try:
             if bound is None:
-                bound = make_policy(env_name, policy, env, seed=int(seed))
+                bound = make_policy(env_name, policy, env, seed=int(seed),
+                                    check_world=not world["explicit"])
+                env_config = dict(getattr(env, "config", {}))
             elif hasattr(bound, "reset"):
                 if isinstance(getattr(bound, "seed", None), int):
                     bound.seed = int(seed) + round_index  # fresh random actions per round
@@ -84,7 +136,9 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     return {
         "env": env_name,
         "policy": label,
-        "preset": preset,
+        "preset": world["kwargs"].get("preset", "default"),
+        "world": world["description"],
+        "env_config": env_config,
         "seed": int(seed),
         "episodes": count,
         "mean": {n: float(v) for n, v in zip(names, mean)},

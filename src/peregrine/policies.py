@@ -50,7 +50,7 @@ def scripted_policy_names(env_name: str) -> list[str]:
     return sorted(names)
 
 
-def make_policy(env_name: str, policy, env, seed: int = 0):
+def make_policy(env_name: str, policy, env, seed: int = 0, check_world: bool = True):
     """Resolves `policy` (name, checkpoint path or object) to an object bound to `env`."""
     if not isinstance(policy, (str, os.PathLike)):
         if not callable(policy):
@@ -76,10 +76,10 @@ def make_policy(env_name: str, policy, env, seed: int = 0):
         raise ValueError(f"unknown policy {text!r} for {env_name}: not a scripted policy "
                          f"({', '.join(names)}) and no checkpoint file or run directory "
                          f"exists at that path")
-    return load_checkpoint_policy(text, env)
+    return load_checkpoint_policy(text, env, check_world)
 
 
-def load_checkpoint_policy(path: str, env):
+def load_checkpoint_policy(path: str, env, check_world: bool = True):
     """The deterministic actor of a checkpoint; ValueError with the reason if it cannot load."""
     try:
         from .train.checkpoint import load_actor
@@ -88,7 +88,7 @@ def load_checkpoint_policy(path: str, env):
                          f"(peregrine.train.checkpoint.load_actor, needs torch) is not "
                          f"available: {error}") from None
     try:
-        actor = load_actor(path, env)
+        actor = load_actor(path, env, check_world=check_world)
     except ValueError:
         raise
     except Exception as error:  # noqa: BLE001 - any decoding failure is a bad file

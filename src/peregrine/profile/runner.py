@@ -138,8 +138,10 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
                 actor = Actor(trainer.policy, trainer.env.single_action_space,
                               obs_normalizer=trainer.pipeline.obs_norm,
                               mask_slice=trainer.pipeline.mask_slice)
-                evaluate(env_name, actor, episodes=eval_episodes, seed=seed + counter["evaluations"],
-                         **env_fields)
+                # in the run's own world: the trainer's [env] section
+                result = evaluate(env_name, actor, episodes=eval_episodes,
+                                  seed=seed + counter["evaluations"], **env_fields)
+                counter["eval_env_config"] = result["env_config"]
                 split["eval"] = time.perf_counter() - tick
                 counter["evaluations"] += 1
             return trainer.batch_size, split
@@ -158,6 +160,8 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
             "steps_per_unit": trainer.batch_size,
             "evaluate_every": evaluate_every, "eval_episodes": eval_episodes if evaluate_every else 0,
             "evaluations": counter["evaluations"],
+            "eval_env_config": counter.get("eval_env_config"),
+            "env_config": dict(getattr(trainer.env, "config", {})),
         }
         return result
     finally:

@@ -25,6 +25,6 @@ def train(config, run_dir=None, **kwargs):
     return _train(config, run_dir, **kwargs)
 
 
-def load_actor(path, env):
+def load_actor(path, env, check_world: bool = True):
     from .checkpoint import load_actor as _load_actor
-    return _load_actor(path, env)
+    return _load_actor(path, env, check_world)

@@ -172,11 +172,54 @@ class Actor:
         return np.ascontiguousarray(result)
 
 
-def load_actor(path, env) -> Actor:
+def env_kwargs(path) -> tuple[str, dict]:
+    """(env name, keywords of `peregrine.make`) of the world a checkpoint was
+    trained on: its [env] section, i.e. `preset` (if any) plus config fields.
+    (None, {}) for a checkpoint that records no [env] section."""
+    payload = load(path)
+    config = payload.get("config")
+    env = config.get("env") if isinstance(config, dict) else None
+    if not isinstance(env, dict) or "name" not in env:
+        return None, {}
+    return env["name"], {key: value for key, value in env.items() if key != "name"}
+
+
+def make_env(path, num_envs: int = 1, seed=None, num_threads: int = 1, preset=None, **overrides):
+    """A batch of the env a checkpoint was trained on, in its own world.
+
+    `preset` replaces the checkpoint's world by that preset; `overrides` (config
+    fields) are applied on top of either.
+    """
+    from ..registry import make
+    name, trained = env_kwargs(path)
+    if name is None:
+        raise ValueError(f"checkpoint {str(path)!r} records no env config: make the env yourself")
+    base = trained if preset is None else {"preset": preset}
+    return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **{**base, **overrides})
+
+
+def world_differences(trained: dict, env_name: str, env) -> dict:
+    """{field: (trained value, env's value)} where `env`'s config is not the
+    trained world `trained` (keywords of make) resolved by the env class."""
+    from ..registry import env_class
+    cls = env_class(env_name)
+    if not hasattr(cls, "resolve_config"):
+        return {}
+    fields = dict(trained)
+    preset = fields.pop("preset", "default")
+    resolved = cls.resolve_config(cls.config_with_preset(preset, fields))
+    return {key: (value, env.config.get(key)) for key, value in resolved.items()
+            if env.config.get(key) != value}
+
+
+def load_actor(path, env, check_world: bool = True) -> Actor:
     """A deterministic actor from a checkpoint file (or a run directory) for `env`.
 
     Raises ValueError for a missing, truncated, corrupt or foreign file and for
-    a checkpoint trained on an env with other spaces.
+    a checkpoint trained on an env with other spaces. With `check_world`, a
+    `UserWarning` names the config fields where `env` differs from the world
+    the checkpoint was trained on (`make_env(path)` builds that world); pass
+    False when evaluating elsewhere on purpose.
     """
     payload = load(path)
     label = f"checkpoint {str(path)!r}"
@@ -184,6 +227,16 @@ def load_actor(path, env) -> Actor:
         if key not in payload:
             raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
     policy = build_policy(payload, env, label)
+    trained_env = payload["config"].get("env", {})
+    if check_world and trained_env.get("name") and hasattr(env, "config"):
+        differences = world_differences({k: v for k, v in trained_env.items() if k != "name"},
+                                        trained_env["name"], env)
+        if differences:
+            import warnings
+            shown = ", ".join(f"{k}: trained {a!r}, env {b!r}" for k, (a, b) in sorted(differences.items()))
+            warnings.warn(f"{label} was trained in another world than this env's ({shown}); "
+                          f"peregrine.train.checkpoint.make_env(path) builds the trained one",
+                          UserWarning, stacklevel=2)
     from .environment import action_mask_slice
     mask_slice = action_mask_slice(env, payload.get("env_name"),
                                    payload["config"].get("policy", {}).get("action_mask", "auto"))

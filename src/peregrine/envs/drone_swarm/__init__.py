@@ -7,13 +7,16 @@ NumPy reference (reference.py).
 Rows: one per drone (agents_per_env = n_drones), instance-major.
 Actions: float32 [rows, 3] = (vx, vy, scan) in [-1, 1]; NaN/inf -> 0, then
 clamped to [-1, 1]; (vx, vy) scaled to unit length when its norm exceeds 1.
-Observations: float32 [rows, 10 + 3 * obs_n_nearest], all in [-1, 1]:
+Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles], all in [-1, 1]:
     0 x/L   1 y/L   2 battery   3 dist_to_base/L   4 connected
     5 last_comm_age/max_steps   6 live neighbours within r_comm/(n_drones-1)
     (0 when n_drones = 1)   7 min(nearest live neighbour dist/r_comm, 1)
     (1 with no live neighbour)   8, 9 unit vector to base (0, 0 at the base)
     then per detection slot (dx/L, dy/L, p), nearest first, ties by victim
-    index; zero where empty or when the drone did not scan this step.
+    index; zero where empty or when the drone did not scan this step;
+    then per obstacle slot (x0 - x, y0 - y, x1 - x, y1 - y) / L, the corners
+    of the obs_n_obstacles nearest obstacles (squared distance from the drone
+    to the rectangle, ties by obstacle index), zero where there are fewer.
 
 Choices (where the spec is silent)
 - A drone is *active* in a step when its battery is > 0 at the start of the
@@ -46,7 +49,7 @@ Choices (where the spec is silent)
 - Reward terms, summed in float32 in this order: r_time, -c_energy * ratio^2,
   delivery share, r_confirm * confirmations, r_explore * (global + 0.5 * own),
   scan-near, dispersion, r_connect if connected.
-- Reset: randomisation draws (if randomise), then drones (uniform in the disc of
+- Reset: randomisation draws (if randomise), then obstacles, then drones (uniform in the disc of
   radius spawn_radius around the base, clipped to the world, by rejection
   sampling in the bounding box; after 64 rejections the drone starts at the
   base), then victims (uniform in the annulus inside the world by rejection in
@@ -60,6 +63,27 @@ Choices (where the spec is silent)
 - base_x/base_y = -1 mean the centre (resolve_config substitutes L/2);
   spawn_radius = -1 means the episode's r_comm (resolved at every reset,
   since r_comm may be randomised).
+- Obstacles (n_obstacles > 0): axis-aligned rectangles [x0, x1] x [y0, y1]
+  drawn at every reset, after the randomisation draws and before the drones:
+  per obstacle up to 64 tries of w ~ U[obstacle_min_size, obstacle_max_size),
+  h likewise, x0 ~ U[obstacle_margin, L - obstacle_margin - w), y0 likewise
+  (x1 = min(x0 + w, L)); a try is kept when the rectangle's distance to the
+  base is >= obstacle_base_clearance and its gap to every kept obstacle is
+  >= obstacle_separation along x or along y; an obstacle with no kept try is
+  left out (the state lists the placed ones first). "Inside" means strictly
+  inside: faces are outside. Drones and victims spawn outside (an extra
+  rejection condition; no draws change when there are no obstacles).
+  Movement is resolved axis by axis, x first at the old y, then y at the new
+  x; a drone whose move would cross an interior stops on the first face in
+  its way (and slides along it with the other axis), so it never ends a step
+  inside and never tunnels through. The speed ratio is still the commanded
+  one. Line of sight: a victim is hidden from a drone when the segment
+  between them crosses an obstacle's interior; a hidden victim is out of
+  range for that drone in phases 4 and 6 (no confirmation, no detection, no
+  draw, no scan-near reward). Radio is not blocked: links, relaying and
+  connectivity ignore obstacles (drones fly over the terrain the obstacles
+  stand for in sight only; keeping radio free keeps the connectivity rule and
+  its cost unchanged). Exploration cells ignore obstacles too.
 - End: terminal when all victims are delivered or all batteries are empty;
   truncated (and not terminal) when the step counter reaches max_steps.
 
@@ -71,7 +95,8 @@ confirmed at least once), success (1 if all delivered), time_to_first_delivery
 / all cells at the end, spawn cells included).
 
 State layout (get_state/set_state, flat float64; n = n_drones, m = n_victims,
-W = ceil(cells / 32) words of 32 bits per visited-cell bitset):
+W = ceil(cells / 32) words of 32 bits per visited-cell bitset; no obstacle
+fields when n_obstacles = 0):
 
     offset                 field
     0                      step counter
@@ -91,6 +116,10 @@ W = ceil(cells / 32) words of 32 bits per visited-cell bitset):
                            (cell c = cy * cells_per_side + cx is bit c % 32 of
                            word c // 32)
     7 + 7n + 8m + W(1+d) + w   cells visited by drone d
+    7 + 7n + 8m + W(1+n) + 5*o + k   obstacle slot o < n_obstacles, k: 0 present
+                           (0/1), 1 x0, 2 y0, 3 x1, 4 y1 (set_state refuses
+                           corners outside the world, x0 >= x1, overlapping
+                           interiors and a drone inside one)
 reference.decode_state(values, config) returns these as named arrays and
 encode_state does the reverse. set_state refuses inconsistent values and
 rewrites the instance's observations (no detections).
@@ -114,6 +143,7 @@ MAX_CELLS_PER_SIDE = 128
 HEADER_SIZE = 7
 DRONE_FIELDS = 7
 VICTIM_FIELDS = 8
+OBSTACLE_FIELDS = 5
 
 
 def cells_per_side(config) -> int:
@@ -129,8 +159,15 @@ def state_layout(config) -> dict:
     victims = drones + DRONE_FIELDS * n
     visited = victims + VICTIM_FIELDS * m
     own = visited + words
+    obstacles = own + words * n
     return {"drones": drones, "victims": victims, "visited": visited, "own_visited": own,
-            "words": words, "cells_per_side": side, "size": own + words * n}
+            "obstacles": obstacles, "words": words, "cells_per_side": side,
+            "size": obstacles + OBSTACLE_FIELDS * int(config.get("n_obstacles", 0))}
+
+
+WILDERNESS = {"world_size": 120.0, "n_drones": 10, "n_victims": 8, "r_comm": 15.0, "r_sense": 30.0,
+              "r_confirm_radius": 5.0, "t_confirm": 2, "m_deliver": 240, "victim_min_dist": 35.0,
+              "victim_max_dist": 55.0, "spawn_radius": 12.0, "max_steps": 1000}
 
 
 class DroneSwarm(NativeEnv):
@@ -147,7 +184,16 @@ class DroneSwarm(NativeEnv):
         "randomised": {"randomise": 1},
         "large_area": {"world_size": 200.0, "n_drones": 16, "n_victims": 20,
                        "victim_max_dist": 140.0},
+        # the reference's (PufferDroneSwarm) hard wilderness world, and with obstacles
+        "wilderness": WILDERNESS,
+        "wilderness_obstacles": {**WILDERNESS, "n_obstacles": 3, "obstacle_max_size": 18.0,
+                                 "obs_n_obstacles": 2},
+        "wilderness_obstacles_hard": {**WILDERNESS, "n_obstacles": 6, "obstacle_max_size": 25.0,
+                                      "obs_n_obstacles": 3},
     }
+
+    #: tests/fuzz_native.py also sets every field to its extremes on this preset
+    fuzz_preset = "wilderness_obstacles_hard"
 
     @classmethod
     def resolve_config(cls, config: dict) -> dict:
@@ -183,6 +229,14 @@ class DroneSwarm(NativeEnv):
         if c["p_comm_drop_min"] > c["p_comm_drop_max"]:
             raise ValueError(f"config field 'p_comm_drop_min' = {c['p_comm_drop_min']:g} must be "
                              f"<= p_comm_drop_max = {c['p_comm_drop_max']:g}")
+        if c["n_obstacles"] > 0:
+            if c["obstacle_min_size"] > c["obstacle_max_size"]:
+                raise ValueError(f"config field 'obstacle_min_size' = {c['obstacle_min_size']:g} "
+                                 f"must be <= obstacle_max_size = {c['obstacle_max_size']:g}")
+            if c["obstacle_max_size"] + 2.0 * c["obstacle_margin"] > size:
+                raise ValueError(f"config field 'obstacle_max_size' = {c['obstacle_max_size']:g} "
+                                 f"plus twice obstacle_margin = {c['obstacle_margin']:g} must fit "
+                                 f"in world_size = {size:g}")
         for k in range(4):
             name = f"t_confirm_choice_{k}"
             if c[name] == 0:

@@ -41,6 +41,16 @@ on the way, so they never steal another drone's confirmation.
 The controller of an instance reads the observation rows of all its drones
 (their positions and connection flags), i.e. it is a centralised scripted
 controller; it uses no hidden state of the simulator.
+
+Obstacles (when the observations carry obstacle slots, obs_n_obstacles > 0):
+the controller remembers every obstacle any of its drones has observed this
+episode (corners from the slots). A drone whose straight path to its goal
+crosses a remembered obstacle flies instead to the corner (of the rectangle
+grown by `detour_clearance`) that is reachable in a straight line and
+shortest via to the goal; goals inside a remembered obstacle are pushed out
+of it; search waypoints inside one are skipped, and so is a waypoint a drone
+makes no progress towards for `stuck_steps` steps (an obstacle not yet seen).
+Without obstacle slots none of this runs and the policies act as before.
 """
 from __future__ import annotations
 
@@ -84,6 +94,9 @@ def effective_parameters(config: dict) -> dict:
     base_x = float(config.get("base_x", -1.0))
     base_y = float(config.get("base_y", -1.0))
     return {
+        "obs_n_nearest": int(config.get("obs_n_nearest", 3)),
+        "obs_n_obstacles": int(config.get("obs_n_obstacles", 0)),
+        "n_obstacles": int(config.get("n_obstacles", 0)),
         "world_size": L,
         "base": np.array([L / 2 if base_x < 0 else base_x, L / 2 if base_y < 0 else base_y]),
         "r_comm": r_comm,
@@ -137,6 +150,12 @@ class ScriptedSwarm:
     wait_limit = 120
     #: steps a given-up victim is ignored by its instance
     ignore_steps = 150
+    #: how far outside an obstacle's corner a detour passes
+    detour_clearance = 2.0
+    #: steps without progress after which a searching drone skips its waypoint
+    stuck_steps = 6
+    #: use the obstacle slots (False: obstacle-blind, for measuring what awareness buys)
+    avoid_obstacles = True
 
     def __init__(self, seed: int = 0):
         self.seed = seed
@@ -166,6 +185,12 @@ class ScriptedSwarm:
         self.ignore_pos = np.zeros(shape + (2,), np.float64)
         self.ignore_left = np.zeros(shape, np.int32)
         self.pending_reset = np.ones(self.num_envs, bool)
+        # obstacles remembered from the observations: [E, n_obstacles, 4] corners
+        self.obstacle_slots = p["obs_n_obstacles"] if p["n_obstacles"] > 0 and self.avoid_obstacles else 0
+        self.known = np.zeros((self.num_envs, max(p["n_obstacles"], 1), 4))
+        self.known_count = np.zeros(self.num_envs, np.int64)
+        self.last_pos = np.zeros(shape + (2,))
+        self.stuck = np.zeros(shape, np.int32)
         self.setup_plan()
 
     def setup_plan(self) -> None:
@@ -179,6 +204,8 @@ class ScriptedSwarm:
         self.helped[instances] = False
         self.helper_of[instances] = -1
         self.ignore_left[instances] = 0
+        self.known_count[instances] = 0
+        self.stuck[instances] = 0
 
     def observe_done(self, terminals, truncations) -> None:
         ended = (np.asarray(terminals) | np.asarray(truncations)).reshape(self.num_envs, self.n)
@@ -201,7 +228,7 @@ class ScriptedSwarm:
         battery = obs[..., 2]
         live = battery > 0.0
         connected = obs[..., 4] > 0.5
-        slots = (obs.shape[-1] - 10) // 3
+        slots = p["obs_n_nearest"]
         detections = obs[..., 10:10 + 3 * slots].reshape(E, n, slots, 3)
         seen = detections[..., 2] > 0.0
         victims = pos[:, :, None, :] + detections[..., 0:2] * L          # (E, n, K, 2)
@@ -210,6 +237,8 @@ class ScriptedSwarm:
         if fresh.any():
             self.reset_instances(np.flatnonzero(fresh))
         self.pending_reset[:] = False
+        if self.obstacle_slots:
+            self._remember_obstacles(pos, obs[..., 10 + 3 * slots:10 + 3 * slots + 4 * self.obstacle_slots])
 
         self.timer += 1
         self.ignore_left = np.maximum(self.ignore_left - 1, 0)
@@ -249,6 +278,8 @@ class ScriptedSwarm:
         self._wait_or_confirm(pos, live, connected)
 
         # Where each drone goes, and whether it scans.
+        if self.obstacle_slots:
+            self._track_progress(pos)
         goal = self.search_targets(pos, live)
         mode = self.mode
         busy = (mode == WAIT) | (mode == CONFIRM) | (mode == HELP)
@@ -264,6 +295,8 @@ class ScriptedSwarm:
         if delivering.any():
             goal = np.where(delivering[..., None], self._nearest_connected(pos, live, connected), goal)
 
+        if self.obstacle_slots:
+            goal = self._navigate(pos, goal)
         velocity = _clip_unit((goal - pos) / max(p["v_max"], 1e-6))
         scan = (mode == SEARCH) | (mode == CONFIRM) | (mode == HELP)
         predicted = np.clip(pos + velocity * p["v_max"], 0.0, L)
@@ -276,6 +309,118 @@ class ScriptedSwarm:
         actions[..., 2] = np.where(scan & live, 1.0, -1.0)
         actions[~live] = 0.0
         return actions.reshape(E * n, 3)
+
+    # ---- obstacles ---------------------------------------------------------------
+    def _remember_obstacles(self, pos, slots) -> None:
+        """Adds the obstacles in this step's observation slots to the instance's memory."""
+        E, n = pos.shape[:2]
+        rel = slots.reshape(E, n, -1, 4) * self.L
+        corners = rel + np.concatenate([pos, pos], -1)[:, :, None, :]         # (E, n, K, 4)
+        seen = (rel != 0).any(-1)
+        capacity = self.known.shape[1]
+        index = np.arange(capacity)[None]
+        for i in range(n):
+            for k in range(rel.shape[2]):
+                candidate, valid = corners[:, i, k], seen[:, i, k]
+                if not valid.any():
+                    continue
+                same = (np.abs(self.known - candidate[:, None, :]) < 0.5).all(-1)
+                known = (same & (index < self.known_count[:, None])).any(1)
+                add = np.flatnonzero(valid & ~known & (self.known_count < capacity))
+                self.known[add, self.known_count[add]] = candidate[add]
+                self.known_count[add] += 1
+
+    def _known_live(self) -> np.ndarray:
+        """(E, 1, O) bool: which slots of self.known hold a remembered obstacle."""
+        return np.arange(self.known.shape[1])[None, None, :] < self.known_count[:, None, None]
+
+    def _inside_known(self, points, grow: float) -> np.ndarray:
+        """(E, k, O) bool: points (E, k, 2) strictly inside a remembered obstacle grown by `grow`."""
+        r = self.known[:, None, :, :]
+        x, y = points[..., 0:1], points[..., 1:2]
+        return (self._known_live() & (x > r[..., 0] - grow) & (x < r[..., 2] + grow)
+                & (y > r[..., 1] - grow) & (y < r[..., 3] + grow))
+
+    def _segment_hits(self, a, b) -> np.ndarray:
+        """(E, n, O) bool: does segment a -> b (E, n, 2) cross a remembered obstacle's interior?"""
+        rects = self.known[:, None, :, :]
+        live = self._known_live()
+        a, d = a[:, :, None, :], (b - a)[:, :, None, :]
+        shape = (a.shape[0], a.shape[1], self.known.shape[1])
+        lo = np.full(shape, -np.inf)
+        hi = np.full(shape, np.inf)
+        ok = np.ones(shape, bool)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            for axis in (0, 1):
+                step = d[..., axis]
+                moving = step != 0
+                t1 = (rects[..., axis] - a[..., axis]) / np.where(moving, step, 1.0)
+                t2 = (rects[..., axis + 2] - a[..., axis]) / np.where(moving, step, 1.0)
+                lo = np.where(moving, np.maximum(lo, np.minimum(t1, t2)), lo)
+                hi = np.where(moving, np.minimum(hi, np.maximum(t1, t2)), hi)
+                ok &= moving | ((a[..., axis] > rects[..., axis]) & (a[..., axis] < rects[..., axis + 2]))
+        return live & ok & (lo < hi) & (lo < 1.0) & (hi > 0.0)
+
+    def _navigate(self, pos, goal) -> np.ndarray:
+        """Goals pushed out of remembered obstacles; a path blocked by one goes via a corner."""
+        if not self.known_count.any():
+            return goal
+        g = self.detour_clearance
+        grown = self.known + np.array([-g, -g, g, g])
+        # a goal inside a grown obstacle moves to the nearest point of its boundary
+        x, y = goal[..., 0:1], goal[..., 1:2]
+        r = grown[:, None, :, :]
+        inside = self._inside_known(goal, g)
+        if inside.any():
+            pushes = np.stack([r[..., 0] - x, r[..., 2] - x, r[..., 1] - y, r[..., 3] - y], -1)
+            which = np.abs(pushes).argmin(-1)
+            push = np.take_along_axis(pushes, which[..., None], -1)[..., 0]
+            dx = np.where(inside & (which < 2), push, 0.0).sum(-1)
+            dy = np.where(inside & (which >= 2), push, 0.0).sum(-1)
+            goal = np.clip(goal + np.stack([dx, dy], -1), 0.0, self.L)
+        hits = self._segment_hits(pos, goal)
+        blocked = hits.any(-1)
+        if not blocked.any():
+            return goal
+        # the corners of each drone's nearest blocking obstacle (by distance to its centre)
+        centre = (self.known[..., 0:2] + self.known[..., 2:4]) / 2
+        gap = np.sqrt(((centre[:, None] - pos[:, :, None]) ** 2).sum(-1))
+        first = np.where(hits, gap, np.inf).argmin(-1)                           # (E, n)
+        box = np.take_along_axis(grown, first.reshape(len(pos), -1)[..., None].repeat(4, -1), 1)
+        corners = np.stack([box[..., [0, 1]], box[..., [2, 1]], box[..., [2, 3]], box[..., [0, 3]]], 2)
+        corners = np.clip(corners, 0.0, self.L)                                  # (E, n, 4, 2)
+        to_corner = np.sqrt(((corners - pos[:, :, None]) ** 2).sum(-1))
+        to_goal = np.sqrt(((goal[:, :, None] - corners) ** 2).sum(-1))
+        # from a corner that does not see the goal, the way on is round the box
+        # via a neighbouring corner that does (greedy choices would oscillate)
+        sees = np.stack([~self._segment_hits(corners[:, :, c], goal).any(-1) for c in range(4)], -1)
+        direct = np.where(sees, to_goal, np.inf)
+        edge = np.sqrt(((corners - np.roll(corners, 1, 2)) ** 2).sum(-1))      # corner c-1 -> c
+        around = np.minimum(edge + np.roll(direct, 1, 2), np.roll(edge + direct, -1, 2))
+        tail = np.where(sees, to_goal, around)
+        tail = np.where(np.isfinite(tail), tail, to_goal)
+        cost = to_corner + tail
+        clear = np.stack([~self._segment_hits(pos, corners[:, :, c]).any(-1) for c in range(4)], -1)
+        # a corner the drone is already at is no way forward
+        clear &= to_corner > 0.25 * self.params["v_max"]
+        cost = np.where(clear, cost, cost + 1e6)
+        via = np.take_along_axis(corners, cost.argmin(-1)[..., None, None].repeat(2, -1), 2)[:, :, 0]
+        return np.where(blocked[..., None], via, goal)
+
+    def _reached(self, owners, current, pos) -> np.ndarray:
+        """(E, k) bool for tour owners (drone indices): at the waypoint, or the waypoint
+        is inside a remembered obstacle, or the drone is stuck short of it."""
+        reached = np.sqrt(((current - pos) ** 2).sum(-1)) <= self.params["v_max"]
+        if not self.obstacle_slots:
+            return reached
+        buried = self._inside_known(current, self.detour_clearance).any(-1)
+        return reached | buried | (self.stuck[:, owners] >= self.stuck_steps)
+
+    def _track_progress(self, pos) -> None:
+        """Counts steps a searching drone barely moved (it is stuck on something)."""
+        moved = np.sqrt(((pos - self.last_pos) ** 2).sum(-1)) >= 0.2 * self.params["v_max"]
+        self.stuck = np.where(moved | (self.mode != SEARCH), 0, self.stuck + 1)
+        self.last_pos = pos.copy()
 
     # ---- pieces ----------------------------------------------------------------
     def _enter(self, rows, mode) -> None:
@@ -472,7 +617,7 @@ class LawnmowerPolicy(ScriptedSwarm):
             self.started[:] = True
         sweeping = self.mode[:, :S] == SEARCH
         current = self.waypoints[np.arange(S)[None], self.waypoint]              # (E, S, 2)
-        reached = np.sqrt(((current - sweeper_pos) ** 2).sum(-1)) <= self.params["v_max"]
+        reached = self._reached(np.arange(S), current, sweeper_pos)
         advance = sweeping & reached
         if advance.any():  # ping-pong along the tour
             step = self.waypoint + self.direction
@@ -564,7 +709,7 @@ class VoronoiPolicy(ScriptedSwarm):
     def search_targets(self, pos, live) -> np.ndarray:
         n = self.n
         current = self.waypoints[np.arange(n)[None], self.waypoint]
-        reached = np.sqrt(((current - pos) ** 2).sum(-1)) <= self.params["v_max"]
+        reached = self._reached(np.arange(n), current, pos)
         advance = (self.mode == SEARCH) & reached
         if advance.any():
             step = self.waypoint + self.direction

@@ -11,7 +11,9 @@
  * distance value is needed, no trig (spawning is rejection sampling), and
  * the same splitmix64 draws in the same order:
  *   reset: [randomisation: r_comm, p_comm_drop, t_confirm pick, m_deliver
- *          pick] then per drone (x, y) pairs until accepted, then per victim;
+ *          pick], [obstacles: per obstacle (w, h, x0, y0) tries until
+ *          accepted], then per drone (x, y) pairs until accepted, then per
+ *          victim;
  *   step:  link drops (only when p_comm_drop > 0): base links of drones
  *          0..n-1, then pairs (i < j) lexicographic, each in-range live link;
  *          detections: (scanning drone, undelivered victim within r_sense)
@@ -51,6 +53,9 @@
 #define DS_MAX_DRONES 64
 #define DS_MAX_VICTIMS 128
 #define DS_MAX_NEAREST 16
+#define DS_MAX_OBSTACLES 16
+#define DS_OBSTACLE_TRIES 64
+#define DS_OBSTACLE_FIELDS 5 /* per obstacle slot in the state: present, x0, y0, x1, y1 */
 #define DS_BLOCK_DRONES 1024 /* drones per block of a step (see env_step) */
 #define DS_MAX_CELLS_PER_SIDE 128
 #define DS_DRONE_SPAWN_TRIES 64
@@ -108,7 +113,14 @@
     X(m_deliver_choice_0, 10, -1, 1e6, 1)      \
     X(m_deliver_choice_1, 15, -1, 1e6, 1)      \
     X(m_deliver_choice_2, 25, -1, 1e6, 1)      \
-    X(m_deliver_choice_3, -1, -1, 1e6, 1)
+    X(m_deliver_choice_3, -1, -1, 1e6, 1)      \
+    X(n_obstacles, 0, 0, 16, 1)                \
+    X(obstacle_min_size, 6.0, 0.1, 1e4, 0)     \
+    X(obstacle_max_size, 18.0, 0.1, 1e4, 0)    \
+    X(obstacle_margin, 5.0, 0.0, 1e4, 0)       \
+    X(obstacle_base_clearance, 20.0, 0.0, 1e4, 0) \
+    X(obstacle_separation, 5.0, 0.0, 1e4, 0)   \
+    X(obs_n_obstacles, 0, 0, 16, 1)
 
 #define ENV_STATS(X)                                                                  \
     X(episode_return) X(episode_length) X(delivered) X(confirmed) X(success)         \
@@ -144,6 +156,9 @@ struct Env {
     PgBatch pg;
     /* configuration, in float32 as the step uses it */
     int n, m, k, obs_dim, max_steps, randomise, divide_found;
+    int n_obstacles, k_obstacles; /* obstacles drawn per episode; obstacle slots per drone */
+    float obstacle_min_size, obstacle_max_size, obstacle_margin, obstacle_clearance;
+    float obstacle_separation;
     int t_confirm, m_deliver;
     int t_choices[4], m_choices[4], num_t_choices, num_m_choices;
     int cells_per_side, cells, words64, words32;
@@ -157,6 +172,8 @@ struct Env {
     uint8_t *victims_pending; /* some victim has a confirmation going or a waiting report */
     int64_t *connected_steps;
     float *ep_r_comm, *ep_p_drop;
+    int32_t *obstacle_count;   /* obstacles placed this episode (<= n_obstacles) */
+    float *obstacles;          /* [num_envs * n_obstacles * 4]: x0, y0, x1, y1, placed first */
     /* per drone [num_envs * n] */
     float *x, *y, *battery, *returns;
     int32_t *age;
@@ -226,6 +243,21 @@ static int ds_check_config(const double *c, char *err, size_t errlen) {
         return ds_fail(err, errlen, "config field 'r_comm_min' must be <= r_comm_max");
     if (c[DS_CFG_p_comm_drop_min] > c[DS_CFG_p_comm_drop_max])
         return ds_fail(err, errlen, "config field 'p_comm_drop_min' must be <= p_comm_drop_max");
+    if (c[DS_CFG_n_obstacles] > 0) {
+        if (c[DS_CFG_obstacle_min_size] > c[DS_CFG_obstacle_max_size]) {
+            snprintf(err, errlen,
+                     "config field 'obstacle_min_size' = %g must be <= obstacle_max_size = %g",
+                     c[DS_CFG_obstacle_min_size], c[DS_CFG_obstacle_max_size]);
+            return -1;
+        }
+        if (c[DS_CFG_obstacle_max_size] + 2.0 * c[DS_CFG_obstacle_margin] > size) {
+            snprintf(err, errlen,
+                     "config field 'obstacle_max_size' = %g plus twice obstacle_margin = %g "
+                     "must fit in world_size = %g",
+                     c[DS_CFG_obstacle_max_size], c[DS_CFG_obstacle_margin], size);
+            return -1;
+        }
+    }
     const char *t_names[4] = {"t_confirm_choice_0", "t_confirm_choice_1", "t_confirm_choice_2",
                               "t_confirm_choice_3"};
     for (int i = 0; i < 4; i++) {
@@ -251,7 +283,14 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     env->n = (int)c[DS_CFG_n_drones];
     env->m = (int)c[DS_CFG_n_victims];
     env->k = (int)c[DS_CFG_obs_n_nearest];
-    env->obs_dim = 10 + 3 * env->k;
+    env->n_obstacles = (int)c[DS_CFG_n_obstacles];
+    env->k_obstacles = (int)c[DS_CFG_obs_n_obstacles];
+    env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles;
+    env->obstacle_min_size = (float)c[DS_CFG_obstacle_min_size];
+    env->obstacle_max_size = (float)c[DS_CFG_obstacle_max_size];
+    env->obstacle_margin = (float)c[DS_CFG_obstacle_margin];
+    env->obstacle_clearance = (float)c[DS_CFG_obstacle_base_clearance];
+    env->obstacle_separation = (float)c[DS_CFG_obstacle_separation];
     env->max_steps = (int)c[DS_CFG_max_steps];
     env->randomise = (int)c[DS_CFG_randomise];
     env->divide_found = (int)c[DS_CFG_r_found_divide_by_n];
@@ -317,6 +356,8 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     DS_ALLOC(connected_steps, envs);
     DS_ALLOC(ep_r_comm, envs);
     DS_ALLOC(ep_p_drop, envs);
+    DS_ALLOC(obstacle_count, envs);
+    DS_ALLOC(obstacles, envs * (size_t)(4 * (env->n_obstacles > 0 ? env->n_obstacles : 1)));
     DS_ALLOC(x, drones);
     DS_ALLOC(y, drones);
     DS_ALLOC(battery, drones);
@@ -365,6 +406,8 @@ static void env_free(Env *env) {
     free(env->connected_steps);
     free(env->ep_r_comm);
     free(env->ep_p_drop);
+    free(env->obstacle_count);
+    free(env->obstacles);
     free(env->x);
     free(env->y);
     free(env->battery);
@@ -394,6 +437,148 @@ static inline int ds_cell(const Env *env, float x, float y) {
     return cy * side + cx;
 }
 
+/* ---- obstacles -----------------------------------------------------------------
+ * Axis-aligned rectangles [x0, x1] x [y0, y1], placed at every reset. A point is
+ * inside when it is strictly inside (the faces are outside), so a drone stopped
+ * on a face is not inside. Drones never end a step inside one; a segment from a
+ * drone to a victim that crosses an interior hides the victim (no detection, no
+ * confirmation, no scan-near). Radio links are not blocked. Nothing here runs
+ * when n_obstacles is 0. */
+
+static inline const float *ds_obstacles_of(const Env *env, int i) {
+    return env->obstacles + (size_t)i * 4 * (size_t)env->n_obstacles;
+}
+
+static inline int ds_inside_any(const float *ob, int count, float x, float y) {
+    int inside = 0;
+    for (int o = 0; o < count; o++, ob += 4)
+        inside |= (x > ob[0]) & (x < ob[2]) & (y > ob[1]) & (y < ob[3]);
+    return inside;
+}
+
+/* Squared distance from (x, y) to the rectangle (0 on or inside it). */
+static inline float ds_rect_d2(const float *o, float x, float y) {
+    float gx = o[0] - x, gx2 = x - o[2], gy = o[1] - y, gy2 = y - o[3];
+    gx = gx > gx2 ? gx : gx2;
+    gy = gy > gy2 ? gy : gy2;
+    gx = gx > 0.0f ? gx : 0.0f;
+    gy = gy > 0.0f ? gy : 0.0f;
+    return gx * gx + gy * gy;
+}
+
+/* Does the segment a -> b cross the open interior of rectangle o? Slab test:
+ * on each axis with a non-zero step the segment parameter t is strictly inside
+ * the slab on the open interval between the two face crossings; with a zero
+ * step the point must be strictly inside the slab. Blocked when the two
+ * intervals overlap within [0, 1]. */
+static inline int ds_segment_blocked(const float *o, float ax, float ay, float bx, float by) {
+    /* A segment whose bounding box stays off the open interior cannot cross it:
+     * the slab test below says so too (monotonic rounding puts its entry at
+     * t >= 1 or its exit at t <= 0), so this only skips the divisions. */
+    float min_x = ax < bx ? ax : bx, max_x = ax < bx ? bx : ax;
+    float min_y = ay < by ? ay : by, max_y = ay < by ? by : ay;
+    if ((max_x <= o[0]) | (min_x >= o[2]) | (max_y <= o[1]) | (min_y >= o[3])) return 0;
+    float dx = bx - ax, dy = by - ay;
+    float lo = -INFINITY, hi = INFINITY;
+    if (dx != 0.0f) {
+        float t1 = (o[0] - ax) / dx, t2 = (o[2] - ax) / dx;
+        lo = t1 < t2 ? t1 : t2;
+        hi = t1 < t2 ? t2 : t1;
+    } else if (!(ax > o[0] && ax < o[2])) {
+        return 0;
+    }
+    if (dy != 0.0f) {
+        float t1 = (o[1] - ay) / dy, t2 = (o[3] - ay) / dy;
+        float tlo = t1 < t2 ? t1 : t2, thi = t1 < t2 ? t2 : t1;
+        lo = lo > tlo ? lo : tlo;
+        hi = hi < thi ? hi : thi;
+    } else if (!(ay > o[1] && ay < o[3])) {
+        return 0;
+    }
+    return (lo < hi) & (lo < 1.0f) & (hi > 0.0f);
+}
+
+/* Obstacles of instance i, drawn in order: per obstacle up to DS_OBSTACLE_TRIES
+ * tries of (w, h, x0, y0); a try is kept when the rectangle is at least
+ * obstacle_base_clearance from the base and obstacle_separation from every
+ * obstacle kept before (gap along x or along y); an obstacle with no good try
+ * is left out. */
+static void ds_place_obstacles(Env *env, int i, uint64_t *rng) {
+    float *placed = env->obstacles + (size_t)i * 4 * (size_t)env->n_obstacles;
+    const float size = env->world_size, margin = env->obstacle_margin;
+    const float lo = env->obstacle_min_size, hi = env->obstacle_max_size;
+    const float clear2 = env->obstacle_clearance * env->obstacle_clearance;
+    const float sep = env->obstacle_separation;
+    int count = 0;
+    for (int o = 0; o < env->n_obstacles; o++) {
+        for (int t = 0; t < DS_OBSTACLE_TRIES; t++) {
+            float w = pg_uniform_range(rng, lo, hi), h = pg_uniform_range(rng, lo, hi);
+            float x0 = pg_uniform_range(rng, margin, size - margin - w);
+            float y0 = pg_uniform_range(rng, margin, size - margin - h);
+            float x1 = x0 + w, y1 = y0 + h;
+            float rect[4] = {x0, y0, x1 < size ? x1 : size, y1 < size ? y1 : size};
+            int ok = ds_rect_d2(rect, env->base_x, env->base_y) >= clear2;
+            for (int q = 0; q < count && ok; q++) {
+                const float *other = placed + 4 * q;
+                float gap_x = other[0] - rect[2], gap_x2 = rect[0] - other[2];
+                float gap_y = other[1] - rect[3], gap_y2 = rect[1] - other[3];
+                gap_x = gap_x > gap_x2 ? gap_x : gap_x2;
+                gap_y = gap_y > gap_y2 ? gap_y : gap_y2;
+                ok = (gap_x >= sep) | (gap_y >= sep);
+            }
+            if (ok) {
+                for (int f = 0; f < 4; f++) placed[4 * count + f] = rect[f];
+                count++;
+                break;
+            }
+        }
+    }
+    for (int f = 4 * count; f < 4 * env->n_obstacles; f++) placed[f] = 0.0f;
+    env->obstacle_count[i] = count;
+}
+
+/* The obstacle slots of every drone row of instance i: the k_obstacles nearest
+ * placed obstacles (squared distance to the rectangle, ties to the lower
+ * index), each as its corners relative to the drone, (x0 - x, y0 - y, x1 - x,
+ * y1 - y) / world_size; zero where there are fewer. */
+static void ds_obstacle_slots(const Env *env, int i, float *obs) {
+    const int n = env->n, dim = env->obs_dim, kq = env->k_obstacles;
+    const int count = env->obstacle_count[i];
+    const size_t od = (size_t)i * n;
+    const float *ob = ds_obstacles_of(env, i);
+    const float size = env->world_size;
+    const int first = 10 + 3 * env->k;
+    for (int d = 0; d < n; d++) {
+        const float px = env->x[od + d], py = env->y[od + d];
+        float *slots = obs + (od + d) * dim + first;
+        float best2[DS_MAX_OBSTACLES];
+        int best[DS_MAX_OBSTACLES], found = 0;
+        for (int o = 0; o < count; o++) {
+            float d2 = ds_rect_d2(ob + 4 * o, px, py);
+            if (found == kq && !(d2 < best2[kq - 1])) continue;
+            int pos = found < kq ? found++ : kq - 1;
+            while (pos > 0 && best2[pos - 1] > d2) {
+                best2[pos] = best2[pos - 1];
+                best[pos] = best[pos - 1];
+                pos--;
+            }
+            best2[pos] = d2;
+            best[pos] = o;
+        }
+        for (int s = 0; s < kq; s++) {
+            if (s >= found) {
+                for (int f = 0; f < 4; f++) slots[4 * s + f] = 0.0f;
+                continue;
+            }
+            const float *o = ob + 4 * best[s];
+            slots[4 * s + 0] = pg_clampf((o[0] - px) / size, -1.0f, 1.0f);
+            slots[4 * s + 1] = pg_clampf((o[1] - py) / size, -1.0f, 1.0f);
+            slots[4 * s + 2] = pg_clampf((o[2] - px) / size, -1.0f, 1.0f);
+            slots[4 * s + 3] = pg_clampf((o[3] - py) / size, -1.0f, 1.0f);
+        }
+    }
+}
+
 /* The vectorized kernels: PG_SIMD_KERNEL (an AVX2 clone beside the baseline)
  * plus no-trapping-math, which lets GCC if-convert the selects (it otherwise
  * sinks arithmetic into branches because it might raise FP exceptions), and
@@ -417,6 +602,78 @@ static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
 static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     float upper = x > hi ? hi : x;
     return upper < lo ? lo : upper;
+}
+
+/* Movement along one axis for n drones (instance i's obstacles): from `from`
+ * towards `to` at the other coordinate `across`, a drone stops on the first
+ * face in its way (lo/hi: the rectangles' faces on this axis, a_lo/a_hi: on
+ * the other). Branch-free and drone-major so it vectorizes; per drone the
+ * obstacles apply in index order. */
+DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int axis,
+                                       const float *restrict from, float *restrict to,
+                                       const float *restrict across) {
+    for (int o = 0; o < count; o++) {
+        const float lo = ob[4 * o + axis], hi = ob[4 * o + axis + 2];
+        const float a_lo = ob[4 * o + 1 - axis], a_hi = ob[4 * o + 3 - axis];
+        for (size_t d = 0; d < n; d++) {
+            float f = from[d], t = to[d], a = across[d];
+            int32_t in = (a > a_lo) & (a < a_hi);
+            int32_t forward = in & (t > f) & (f <= lo) & (t > lo);
+            t = forward ? lo : t;
+            int32_t back = in & (t < f) & (f >= hi) & (t < hi);
+            to[d] = back ? hi : t;
+        }
+    }
+}
+
+/* Phase 1 with obstacles, instance i (after the block's free movement): the
+ * move is resolved axis by axis, x first at the old y, then y at the new x; a
+ * drone stops on the face of the first obstacle in its way and slides along
+ * it. Cells are recomputed from the resolved positions. */
+static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
+                             int32_t *cell) {
+    const int n = env->n, count = env->obstacle_count[i];
+    if (count == 0) return;
+    const float *ob = ds_obstacles_of(env, i);
+    float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+    ds_stop_at_faces((size_t)n, ob, count, 0, old_x, x, old_y);
+    ds_stop_at_faces((size_t)n, ob, count, 1, old_y, y, x);
+    for (int d = 0; d < n; d++) cell[d] = ds_cell(env, x[d], y[d]);
+}
+
+/* Line of sight for phases 4 and 6, instance i: hidden victims' squared
+ * distances become +inf for that drone, then the per-drone counts are
+ * recomputed. Only pairs within reach2 (the largest range) are tested, each
+ * with a bounding-box reject first (scalar: a branch-free version that ran
+ * the divisions for every pair measured 4x slower). */
+static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *scanners,
+                       const float *x, const float *y, const float *vx, const float *vy,
+                       const int32_t *status, float rc2, float rs2, float near2, float *victim_d2,
+                       int32_t *counts) {
+    const int m = env->m, count = env->obstacle_count[i];
+    if (count == 0) return;
+    const float *ob = ds_obstacles_of(env, i);
+    float reach2 = rs2 > rc2 ? rs2 : rc2;
+    reach2 = reach2 > near2 ? reach2 : near2;
+    for (int j = 0; j < num_scanners; j++) {
+        const int d = scanners[j];
+        float *row = victim_d2 + (size_t)d * m;
+        int32_t confirm = 0, sense = 0, near = 0;
+        for (int v = 0; v < m; v++) {
+            if (row[v] <= reach2) {
+                int hidden = 0;
+                for (int o = 0; o < count && !hidden; o++)
+                    hidden = ds_segment_blocked(ob + 4 * o, x[d], y[d], vx[v], vy[v]);
+                if (hidden) row[v] = INFINITY;
+            }
+            confirm += row[v] <= rc2;
+            sense += row[v] <= rs2;
+            near += (status[v] == DS_UNKNOWN) & (row[v] <= near2);
+        }
+        counts[3 * d + 0] = confirm;
+        counts[3 * d + 1] = sense;
+        counts[3 * d + 2] = near;
+    }
 }
 
 /* Phases 1-2 for n <= DS_BLOCK_DRONES consecutive drone rows (any number of
@@ -666,6 +923,7 @@ static void ds_write_features(const Env *env, int i, float *obs, const int *coun
     if (zero_slots)
         for (int d = 0; d < n; d++)
             for (int s = 10; s < dim; s++) obs[(od + d) * dim + s] = 0.0f;
+    if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
@@ -700,8 +958,12 @@ static void ds_reset_instance(Env *env, int i) {
         env->ep_m_deliver[i] = env->m_deliver;
     }
     const float bx = env->base_x, by = env->base_y, size = env->world_size;
+    if (env->n_obstacles) ds_place_obstacles(env, i, rng);
+    const float *ob = ds_obstacles_of(env, i);
+    const int num_obstacles = env->obstacle_count[i];
 
-    /* drones: uniform in the disc around the base, clipped to the world */
+    /* drones: uniform in the disc around the base (outside obstacles), clipped
+     * to the world */
     float radius = env->spawn_radius < 0.0f ? env->ep_r_comm[i] : env->spawn_radius;
     float lo_x = bx - radius, hi_x = bx + radius, lo_y = by - radius, hi_y = by + radius;
     lo_x = lo_x > 0.0f ? lo_x : 0.0f;
@@ -717,6 +979,7 @@ static void ds_reset_instance(Env *env, int i) {
             py = pg_uniform_range(rng, lo_y, hi_y);
             float dx = px - bx, dy = py - by;
             ok = dx * dx + dy * dy <= radius2;
+            if (num_obstacles) ok = ok && !ds_inside_any(ob, num_obstacles, px, py);
         }
         env->x[od + d] = ok ? px : bx;
         env->y[od + d] = ok ? py : by;
@@ -740,6 +1003,7 @@ static void ds_reset_instance(Env *env, int i) {
             py = pg_uniform_range(rng, lo_y, hi_y);
             float dx = px - bx, dy = py - by, d2 = dx * dx + dy * dy;
             ok = (d2 >= vmin2) & (d2 <= vmax2);
+            if (num_obstacles) ok = ok && !ds_inside_any(ob, num_obstacles, px, py);
         }
         env->vx[ov + v] = px;
         env->vy[ov + v] = py;
@@ -845,6 +1109,7 @@ typedef struct {
     float r_comm[DS_BLOCK_DRONES], nearest2[DS_BLOCK_DRONES];
     int32_t cell[DS_BLOCK_DRONES], active[DS_BLOCK_DRONES], scan[DS_BLOCK_DRONES];
     int32_t neighbours[DS_BLOCK_DRONES];
+    float old_x[DS_BLOCK_DRONES], old_y[DS_BLOCK_DRONES]; /* positions before the move (obstacles) */
     uint8_t terminal[DS_BLOCK_DRONES], truncated[DS_BLOCK_DRONES];
 } DsScratch;
 
@@ -933,6 +1198,9 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     if (num_scanners)
         ds_victim_scan((size_t)num_scanners, scanners, x, y, (size_t)m, vx, vy, status, rc2, rs2,
                        near2, victim_d2, &victim_counts[0][0]);
+    if (num_scanners && env->n_obstacles)
+        ds_occlude(env, i, num_scanners, scanners, x, y, vx, vy, status, rc2, rs2, near2,
+                   victim_d2, &victim_counts[0][0]);
     for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[scanners[j]][0];
 
     /* 4. confirmation, 5. delivery */
@@ -1032,6 +1300,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
         }
         scan_near |= (uint64_t)near << d;
     }
+    if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
     DS_TICK(DS_PH_DETECT);
 
     /* inputs of the block-wide rewards and observations */
@@ -1088,8 +1357,17 @@ static void env_step(Env *env, int start, int end) {
         const int last = first + per_block < end ? first + per_block : end;
         const size_t d0 = (size_t)first * n, count = (size_t)(last - first) * n;
         DS_TICK_START();
+        if (env->n_obstacles) {
+            memcpy(sc.old_x, env->x + d0, count * sizeof(float));
+            memcpy(sc.old_y, env->y + d0, count * sizeof(float));
+        }
         ds_move(env, count, (const float *)pg->actions + d0 * 3, env->x + d0, env->y + d0,
                 env->battery + d0, sc.speed2, sc.cell, sc.active, sc.scan);
+        if (env->n_obstacles)
+            for (int i = first; i < last; i++) {
+                const size_t j0 = (size_t)(i - first) * n;
+                ds_obstacle_move(env, i, sc.old_x + j0, sc.old_y + j0, sc.cell + j0);
+            }
         DS_TICK(DS_PH_MOVE);
         for (int i = first; i < last; i++) ds_core_instance(env, i, &sc, (i - first) * n, i - first);
 #ifdef DS_PROFILE
@@ -1123,7 +1401,7 @@ static void env_step(Env *env, int start, int end) {
 
 static int env_state_size(const Env *env) {
     return DS_HEADER + DS_DRONE_FIELDS * env->n + DS_VICTIM_FIELDS * env->m +
-           env->words32 * (1 + env->n);
+           env->words32 * (1 + env->n) + DS_OBSTACLE_FIELDS * env->n_obstacles;
 }
 
 static inline double ds_word32(const uint64_t *words64, int w) {
@@ -1168,6 +1446,12 @@ static void env_get_state(const Env *env, int i, double *out) {
         const uint64_t *own = env->own_visited + (od + d) * env->words64;
         for (int w = 0; w < env->words32; w++) *bits++ = ds_word32(own, w);
     }
+    const float *ob = ds_obstacles_of(env, i);
+    for (int o = 0; o < env->n_obstacles; o++, bits += DS_OBSTACLE_FIELDS) {
+        int present = o < env->obstacle_count[i];
+        bits[0] = present;
+        for (int f = 0; f < 4; f++) bits[1 + f] = present ? ob[4 * o + f] : 0.0;
+    }
 }
 
 static inline int ds_is_int(double v, double lo, double hi) {
@@ -1202,6 +1486,27 @@ static int env_set_state(Env *env, int i, const double *in) {
     const double *bits = victim;
     for (int w = 0; w < env->words32 * (1 + n); w++)
         if (!ds_is_int(bits[w], 0, 4294967295.0)) return -1;
+    /* obstacles: present 0/1, corners in the world, x0 < x1, y0 < y1, interiors
+     * disjoint, no drone inside one */
+    const double *obst = bits + (size_t)env->words32 * (1 + n);
+    for (int o = 0; o < env->n_obstacles; o++) {
+        const double *a = obst + DS_OBSTACLE_FIELDS * o;
+        if (!ds_is_int(a[0], 0, 1)) return -1;
+        for (int f = 1; f < 5; f++)
+            if (!(a[f] >= 0.0 && a[f] <= size)) return -1;
+        if (a[0] == 0.0) continue;
+        if (!((float)a[1] < (float)a[3] && (float)a[2] < (float)a[4])) return -1;
+        float rect[4] = {(float)a[1], (float)a[2], (float)a[3], (float)a[4]};
+        drone = in + DS_HEADER;
+        for (int d = 0; d < n; d++, drone += DS_DRONE_FIELDS)
+            if (ds_inside_any(rect, 1, (float)drone[0], (float)drone[1])) return -1;
+        for (int q = 0; q < o; q++) {
+            const double *b = obst + DS_OBSTACLE_FIELDS * q;
+            if (b[0] != 0.0 && (float)a[1] < (float)b[3] && (float)b[1] < (float)a[3] &&
+                (float)a[2] < (float)b[4] && (float)b[2] < (float)a[4])
+                return -1;
+        }
+    }
 
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
     env->step[i] = (int32_t)in[0];
@@ -1248,6 +1553,17 @@ static int env_set_state(Env *env, int i, const double *in) {
             dst[w >> 1] |= (uint64_t)src[w] << (32 * (w & 1));
         if (cells % 64) dst[words64 - 1] &= (1ULL << (cells % 64)) - 1;
     }
+    /* obstacles, the present ones first */
+    float *placed = env->obstacles + (size_t)i * 4 * (size_t)env->n_obstacles;
+    int count = 0;
+    for (int o = 0; o < env->n_obstacles; o++) {
+        const double *a = obst + DS_OBSTACLE_FIELDS * o;
+        if (a[0] == 0.0) continue;
+        for (int f = 0; f < 4; f++) placed[4 * count + f] = (float)a[1 + f];
+        count++;
+    }
+    for (int f = 4 * count; f < 4 * env->n_obstacles; f++) placed[f] = 0.0f;
+    env->obstacle_count[i] = count;
     ds_observe_state(env, i);
     return 0;
 }

@@ -20,11 +20,12 @@ import numpy as np
 
 from ..native_env import EpisodeStats
 from ..rng import Streams
-from . import STAT_NAMES, DroneSwarm, state_layout
+from . import OBSTACLE_FIELDS, STAT_NAMES, DroneSwarm, state_layout
 
 f32 = np.float32
 DRONE_SPAWN_TRIES = 64
 VICTIM_SPAWN_TRIES = 256
+OBSTACLE_TRIES = 64
 
 DRONE_KEYS = ("x", "y", "battery", "connected", "last_comm_age", "episode_return", "scanning")
 VICTIM_KEYS = ("x", "y", "status", "confirm_drone", "progress", "owner", "window", "ever_confirmed")
@@ -59,7 +60,8 @@ def decode_state(values, config) -> dict:
     cells = lay["cells_per_side"] ** 2
     drones = values[lay["drones"]: lay["victims"]].reshape(n, len(DRONE_KEYS))
     victims = values[lay["victims"]: lay["visited"]].reshape(m, len(VICTIM_KEYS))
-    own = values[lay["own_visited"]: lay["size"]].reshape(n, lay["words"])
+    own = values[lay["own_visited"]: lay["obstacles"]].reshape(n, lay["words"])
+    obstacles = values[lay["obstacles"]: lay["size"]].reshape(-1, OBSTACLE_FIELDS)
     return {
         "step": values[0], "r_comm": values[1], "p_comm_drop": values[2],
         "t_confirm": values[3], "m_deliver": values[4], "first_delivery_step": values[5],
@@ -69,6 +71,7 @@ def decode_state(values, config) -> dict:
         "visited": _words_to_bits(values[lay["visited"]: lay["own_visited"]], cells),
         "own_visited": _words_to_bits(own, cells),
         "cells_per_side": lay["cells_per_side"],
+        "obstacles": obstacles.copy(),
     }
 
 
@@ -83,7 +86,10 @@ def encode_state(state: dict, config) -> np.ndarray:
     out[lay["victims"]: lay["visited"]] = np.stack(
         [np.asarray(state["victims"][k], np.float64) for k in VICTIM_KEYS], axis=1).ravel()
     out[lay["visited"]: lay["own_visited"]] = _bits_to_words(np.asarray(state["visited"]), lay["words"])
-    out[lay["own_visited"]:] = _bits_to_words(np.asarray(state["own_visited"]), lay["words"]).ravel()
+    out[lay["own_visited"]: lay["obstacles"]] = _bits_to_words(np.asarray(state["own_visited"]),
+                                                               lay["words"]).ravel()
+    out[lay["obstacles"]:] = np.asarray(state.get("obstacles", np.zeros((0, OBSTACLE_FIELDS))),
+                                        np.float64).ravel()
     return out
 
 
@@ -96,9 +102,11 @@ class DroneSwarmReference:
         self.n = n = int(c["n_drones"])
         self.m = m = int(c["n_victims"])
         self.k = int(c["obs_n_nearest"])
+        self.n_obstacles = int(c["n_obstacles"])
+        self.k_obstacles = int(c["obs_n_obstacles"])
         self.num_agents = E * n
         self.agents_per_env = n
-        self.obs_dim = 10 + 3 * self.k
+        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles
         self.layout = state_layout(c)
         self.side = self.layout["cells_per_side"]
         self.cells = self.side * self.side
@@ -107,7 +115,9 @@ class DroneSwarmReference:
                      "victim_min_dist", "victim_max_dist", "detect_prob_scale", "cell_size",
                      "r_time", "c_energy", "r_found", "r_confirm", "r_explore", "r_scan_near",
                      "r_dispersion", "min_drone_separation", "r_connect", "p_comm_drop",
-                     "r_comm_min", "r_comm_max", "p_comm_drop_min", "p_comm_drop_max"):
+                     "r_comm_min", "r_comm_max", "p_comm_drop_min", "p_comm_drop_max",
+                     "obstacle_min_size", "obstacle_max_size", "obstacle_margin",
+                     "obstacle_base_clearance", "obstacle_separation"):
             setattr(self, name, f32(c[name]))
         self.max_steps = int(c["max_steps"])
         self.t_choices = [int(c[f"t_confirm_choice_{i}"]) for i in range(4)
@@ -140,6 +150,9 @@ class DroneSwarmReference:
         self.owner = np.full((E, m), -1, np.int64)
         self.window = np.zeros((E, m), np.int64)
         self.ever_confirmed = np.zeros((E, m), bool)
+        # obstacles [E, n_obstacles, 4] = (x0, y0, x1, y1), the placed ones first
+        self.obstacles = np.zeros((E, self.n_obstacles, 4), np.float32)
+        self.obstacle_count = np.zeros(E, np.int64)
         # exploration
         self.visited = np.zeros((E, self.cells), bool)
         self.own_visited = np.zeros((E, n, self.cells), bool)
@@ -201,14 +214,19 @@ class DroneSwarmReference:
             self.ep_m_deliver[idx] = int(self.config["m_deliver"])
 
         bx, by, size = self.base_x, self.base_y, self.world_size
-        # drones: uniform in the disc around the base, clipped to the world
+        if self.n_obstacles:
+            for e in idx:
+                self._place_obstacles(int(e))
+        outside = self._outside_obstacles
+        # drones: uniform in the disc around the base (outside obstacles), clipped to the world
         radius = self.ep_r_comm[idx] if self.spawn_radius < 0 else np.full(idx.size, self.spawn_radius, np.float32)
         lo_x, hi_x = np.maximum(bx - radius, f32(0)), np.minimum(bx + radius, size)
         lo_y, hi_y = np.maximum(by - radius, f32(0)), np.minimum(by + radius, size)
         radius2 = radius * radius
         for d in range(self.n):
             x, y, ok = self._rejection(idx, lo_x, hi_x, lo_y, hi_y,
-                                       lambda d2, sel: d2 <= radius2[sel], DRONE_SPAWN_TRIES)
+                                       lambda d2, sel, px, py: (d2 <= radius2[sel])
+                                       & outside(idx[sel], px, py), DRONE_SPAWN_TRIES)
             self.x[idx, d] = np.where(ok, x, bx)
             self.y[idx, d] = np.where(ok, y, by)
         # victims: uniform in the annulus inside the world
@@ -219,7 +237,8 @@ class DroneSwarmReference:
         ones = np.ones(idx.size, np.float32)
         for v in range(self.m):
             x, y, _ = self._rejection(idx, lo_x * ones, hi_x * ones, lo_y * ones, hi_y * ones,
-                                      lambda d2, sel: (d2 >= vmin2) & (d2 <= vmax2), VICTIM_SPAWN_TRIES)
+                                      lambda d2, sel, px, py: (d2 >= vmin2) & (d2 <= vmax2)
+                                      & outside(idx[sel], px, py), VICTIM_SPAWN_TRIES)
             self.vx[idx, v] = x
             self.vy[idx, v] = y
 
@@ -260,11 +279,104 @@ class DroneSwarmReference:
             px = self._uniform_between(inst, lo_x[pending], hi_x[pending])
             py = self._uniform_between(inst, lo_y[pending], hi_y[pending])
             dx, dy = px - self.base_x, py - self.base_y
-            good = accept(dx * dx + dy * dy, pending)
+            good = accept(dx * dx + dy * dy, pending, px, py)
             x[pending], y[pending] = px, py
             ok[pending] = good
             pending = pending[~good]
         return x, y, ok
+
+    # ---- obstacles (see ds_place_obstacles & co. in drone_swarm.h) ----------------
+    def _place_obstacles(self, e: int) -> None:
+        one = np.array([e])
+        lo, hi = self.obstacle_min_size, self.obstacle_max_size
+        margin, size, sep = self.obstacle_margin, self.world_size, self.obstacle_separation
+        clear2 = self.obstacle_base_clearance * self.obstacle_base_clearance
+        placed = []
+        for _ in range(self.n_obstacles):
+            for _ in range(OBSTACLE_TRIES):
+                w = self._uniform_between(one, lo, hi)[0]
+                h = self._uniform_between(one, lo, hi)[0]
+                x0 = self._uniform_between(one, margin, size - margin - w)[0]
+                y0 = self._uniform_between(one, margin, size - margin - h)[0]
+                rect = np.array([x0, y0, min(x0 + w, size), min(y0 + h, size)], np.float32)
+                ok = _rect_d2(rect, self.base_x, self.base_y) >= clear2
+                for other in placed:
+                    if not ok:
+                        break
+                    gap_x = max(other[0] - rect[2], rect[0] - other[2])
+                    gap_y = max(other[1] - rect[3], rect[1] - other[3])
+                    ok = gap_x >= sep or gap_y >= sep
+                if ok:
+                    placed.append(rect)
+                    break
+        self.obstacles[e] = 0.0
+        if placed:
+            self.obstacles[e, :len(placed)] = np.stack(placed)
+        self.obstacle_count[e] = len(placed)
+
+    def _outside_obstacles(self, inst, px, py) -> np.ndarray:
+        """bool [len(inst)]: (px, py) is not strictly inside an obstacle of its instance."""
+        inside = np.zeros(len(inst), bool)
+        for o in range(self.n_obstacles):
+            r = self.obstacles[inst, o]
+            inside |= ((o < self.obstacle_count[inst]) & (px > r[:, 0]) & (px < r[:, 2])
+                       & (py > r[:, 1]) & (py < r[:, 3]))
+        return ~inside
+
+    def _stop_at_faces(self, axis: int, start, to, across):
+        """Movement along one axis (arrays [E, n]): stops on the first face in the way."""
+        for o in range(self.n_obstacles):
+            r = self.obstacles[:, o][:, None, :]
+            lo, hi, a_lo, a_hi = r[..., axis], r[..., axis + 2], r[..., 1 - axis], r[..., 3 - axis]
+            live = (o < self.obstacle_count)[:, None] & (across > a_lo) & (across < a_hi)
+            to = np.where(live & (to > start) & (start <= lo) & (to > lo), lo, to)
+            to = np.where(live & (to < start) & (start >= hi) & (to < hi), hi, to)
+        return to
+
+    def _hidden(self):
+        """bool [E, n, m]: an obstacle interior crosses the segment drone -> victim."""
+        ax, ay = self.x[:, :, None], self.y[:, :, None]
+        dx, dy = self.vx[:, None, :] - ax, self.vy[:, None, :] - ay
+        hidden = np.zeros(dx.shape, bool)
+        inf = f32(np.inf)
+        with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+            for o in range(self.n_obstacles):
+                r = self.obstacles[:, o][:, None, None, :]
+                x0, y0, x1, y1 = r[..., 0], r[..., 1], r[..., 2], r[..., 3]
+                sx = np.where(dx != 0, dx, f32(1))
+                t1, t2 = (x0 - ax) / sx, (x1 - ax) / sx
+                lo = np.where(dx != 0, np.minimum(t1, t2), -inf)
+                hi = np.where(dx != 0, np.maximum(t1, t2), inf)
+                ok = (dx != 0) | ((ax > x0) & (ax < x1))
+                sy = np.where(dy != 0, dy, f32(1))
+                t1, t2 = (y0 - ay) / sy, (y1 - ay) / sy
+                lo = np.where(dy != 0, np.maximum(lo, np.minimum(t1, t2)), lo)
+                hi = np.where(dy != 0, np.minimum(hi, np.maximum(t1, t2)), hi)
+                ok &= (dy != 0) | ((ay > y0) & (ay < y1))
+                live = (o < self.obstacle_count)[:, None, None]
+                hidden |= live & ok & (lo < hi) & (lo < 1) & (hi > 0)
+        return hidden
+
+    def _obstacle_slots(self, idx):
+        """float32 [E', n, 4 * k_obstacles]: the nearest obstacles' corners relative to each drone."""
+        kq, size = self.k_obstacles, self.world_size
+        out = np.zeros((idx.size, self.n, 4 * kq), np.float32)
+        if self.n_obstacles == 0:
+            return out
+        x, y = self.x[idx][:, :, None], self.y[idx][:, :, None]
+        r = self.obstacles[idx][:, None, :, :]                       # [E', 1, O, 4]
+        gx = np.maximum(np.maximum(r[..., 0] - x, x - r[..., 2]), f32(0))
+        gy = np.maximum(np.maximum(r[..., 1] - y, y - r[..., 3]), f32(0))
+        d2 = gx * gx + gy * gy
+        placed = np.arange(self.n_obstacles)[None, None, :] < self.obstacle_count[idx][:, None, None]
+        d2 = np.where(placed, d2, f32(np.inf))
+        order = np.argsort(d2, axis=2, kind="stable")[:, :, :kq]
+        found = np.take_along_axis(placed, order, axis=2)
+        for f, coordinate in enumerate((x, y, x, y)):
+            corner = np.take_along_axis(np.broadcast_to(r[..., f], d2.shape), order, axis=2)
+            value = np.clip((corner - coordinate) / size, f32(-1), f32(1))
+            out[:, :, f:4 * order.shape[2]:4] = np.where(found, value, f32(0))
+        return out
 
     # ---- pieces of a step ---------------------------------------------------
     def _cells(self, idx):
@@ -330,7 +442,10 @@ class DroneSwarmReference:
         obs[:, :, :10] = np.stack(features, axis=2)
         if detections is not None and self.k:
             sx, sy, sp = detections
-            obs[:, :, 10::3], obs[:, :, 11::3], obs[:, :, 12::3] = sx, sy, sp
+            end = 10 + 3 * self.k
+            obs[:, :, 10:end:3], obs[:, :, 11:end:3], obs[:, :, 12:end:3] = sx, sy, sp
+        if self.k_obstacles:
+            obs[:, :, 10 + 3 * self.k:] = self._obstacle_slots(idx)
         obs = np.clip(obs, f32(-1), f32(1))
         rows = (idx[:, None] * n + np.arange(n)).ravel()
         self.observations[rows] = obs.reshape(-1, self.obs_dim)
@@ -352,8 +467,12 @@ class DroneSwarmReference:
         vy = np.where(active, vy, f32(0)) / norm
         scanning = active & (scan > 0)
         speed2 = vx * vx + vy * vy
+        old_x, old_y = self.x, self.y
         self.x = np.clip(self.x + (vx * self.v_max) * self.dt, f32(0), self.world_size)
         self.y = np.clip(self.y + (vy * self.v_max) * self.dt, f32(0), self.world_size)
+        if self.n_obstacles:  # x first at the old y, then y at the new x
+            self.x = self._stop_at_faces(0, old_x, self.x, old_y)
+            self.y = self._stop_at_faces(1, old_y, self.y, self.x)
         self.scanning = scanning
         # exploration, drone by drone (the lower index takes a cell first)
         cell = self._cells(every)
@@ -393,6 +512,8 @@ class DroneSwarmReference:
         dvx = self.vx[:, None, :] - self.x[:, :, None]  # [E, n, m] victim minus drone
         dvy = self.vy[:, None, :] - self.y[:, :, None]
         vd2 = dvx * dvx + dvy * dvy
+        if self.n_obstacles:  # line of sight: a hidden victim is out of every range
+            vd2 = np.where(self._hidden(), f32(np.inf), vd2)
         rc2 = self.r_confirm_radius * self.r_confirm_radius
         within = scanning[:, :, None] & (vd2 <= rc2)
         has = within.any(axis=1)
@@ -515,8 +636,16 @@ class DroneSwarmReference:
                         "owner": self.owner[e], "window": self.window[e],
                         "ever_confirmed": self.ever_confirmed[e]},
             "visited": self.visited[e], "own_visited": self.own_visited[e],
+            "obstacles": self._obstacle_state(e),
         }
         return encode_state(state, self.config)
+
+    def _obstacle_state(self, e: int) -> np.ndarray:
+        out = np.zeros((self.n_obstacles, OBSTACLE_FIELDS))
+        count = int(self.obstacle_count[e])
+        out[:count, 0] = 1.0
+        out[:count, 1:] = self.obstacles[e, :count]
+        return out
 
     def set_state(self, e: int, values) -> None:
         values = np.asarray(values, dtype=np.float64).ravel()
@@ -541,6 +670,10 @@ class DroneSwarmReference:
         self.progress[e], self.owner[e], self.window[e] = vi["progress"], vi["owner"], vi["window"]
         self.ever_confirmed[e] = vi["ever_confirmed"] != 0
         self.visited[e], self.own_visited[e] = s["visited"], s["own_visited"]
+        present = s["obstacles"][s["obstacles"][:, 0] != 0, 1:]
+        self.obstacles[e] = 0.0
+        self.obstacles[e, :len(present)] = present
+        self.obstacle_count[e] = len(present)
         self._observe(np.array([e]), None)
 
 
@@ -574,4 +707,28 @@ def state_is_valid(values, config) -> bool:
         return False
     if np.any((victims[:, 2] == CONFIRMED) & (victims[:, 5] < 0)):
         return False  # a confirmed report needs an owner
-    return _is_int(values[lay["visited"]:], 0, 2.0**32 - 1)
+    if not _is_int(values[lay["visited"]: lay["obstacles"]], 0, 2.0**32 - 1):
+        return False
+    # obstacles: present 0/1, corners in the world, x0 < x1, y0 < y1, interiors
+    # disjoint, no drone inside one (compared in float32, as C stores them)
+    obstacles = values[lay["obstacles"]:].reshape(-1, OBSTACLE_FIELDS)
+    if not (_is_int(obstacles[:, 0], 0, 1) and np.all((obstacles[:, 1:] >= 0) & (obstacles[:, 1:] <= size))):
+        return False
+    rects = obstacles[obstacles[:, 0] != 0, 1:].astype(np.float32)
+    if not np.all((rects[:, 0] < rects[:, 2]) & (rects[:, 1] < rects[:, 3])):
+        return False
+    px, py = drones[:, 0].astype(np.float32), drones[:, 1].astype(np.float32)
+    for a, r in enumerate(rects):
+        if np.any((px > r[0]) & (px < r[2]) & (py > r[1]) & (py < r[3])):
+            return False
+        for q in rects[:a]:
+            if r[0] < q[2] and q[0] < r[2] and r[1] < q[3] and q[1] < r[3]:
+                return False
+    return True
+
+
+def _rect_d2(rect, x, y):
+    """Squared float32 distance from (x, y) to rectangle (x0, y0, x1, y1), 0 inside."""
+    gx = max(max(rect[0] - x, x - rect[2]), f32(0))
+    gy = max(max(rect[1] - y, y - rect[3]), f32(0))
+    return gx * gx + gy * gy

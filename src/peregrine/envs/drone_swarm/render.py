@@ -8,6 +8,7 @@ A frame is drawn from one instance's exact state (`env.get_state(instance)`,
 decoded with reference.decode_state), not from observations:
 
 - the base (black square) and its radio range (light blue disc of r_comm);
+- obstacles (dark slate rectangles; radio passes them, sight does not);
 - links (thin grey lines) between connected drones within r_comm of each
   other, and from connected drones to the base (with link drops on, a drawn
   link may have been down this step; the connected flags are exact);
@@ -43,6 +44,7 @@ COLOURS = {
     "confirmed": (225, 185, 0),
     "delivered": (40, 90, 220),
     "text": (30, 30, 30),
+    "obstacle": (70, 80, 95),
 }
 
 
@@ -76,6 +78,10 @@ def draw_frame(state: dict, config: dict, size: int = 200, text: str | None = No
     draw.ellipse((bx - radius, by - radius, bx + radius, by + radius),
                  fill=COLOURS["range"], outline=COLOURS["range_edge"])
     draw.rectangle((0, 0, size - 1, size - 1), outline=COLOURS["border"])
+    for present, x0, y0, x1, y1 in state.get("obstacles", ()):
+        if present:
+            (left, top), (right, bottom) = px(x0, y1), px(x1, y0)
+            draw.rectangle((left, top, right, bottom), fill=COLOURS["obstacle"])
 
     drones = state["drones"]
     x, y = drones["x"], drones["y"]

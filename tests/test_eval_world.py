@@ -1,0 +1,121 @@
+"""Evaluation runs in the checkpoint's own world unless another one is asked for
+(evaluate, `peregrine eval`, `peregrine render`, load_actor/make_env, profile trainer_eval)."""
+import json
+import warnings
+from dataclasses import asdict
+
+import pytest
+
+import peregrine
+from peregrine.cli import main
+from peregrine.evaluate import eval_world, evaluate
+
+torch = pytest.importorskip("torch")
+
+TRAINED = {"name": "drone_swarm", "preset": "wilderness", "n_drones": 4, "max_steps": 20,
+           "r_scan_near": 0.0}
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """An untrained policy saved as a run trained in a non-default world."""
+    from peregrine.train.checkpoint import save
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy, describe_space
+    env = peregrine.make("drone_swarm", num_envs=1, seed=0)
+    policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
+    path = tmp_path_factory.mktemp("run") / "latest.pt"
+    save(path, {"policy": policy.state_dict(),
+                "config": {"policy": asdict(PolicyConfig()), "env": dict(TRAINED)},
+                "observation_space": describe_space(env.single_observation_space),
+                "action_space": describe_space(env.single_action_space), "env_name": "drone_swarm"})
+    env.close()
+    return str(path)
+
+
+def test_evaluate_uses_the_checkpoints_world_by_default(checkpoint):
+    result = evaluate("drone_swarm", checkpoint, episodes=2, seed=0)
+    config = result["env_config"]
+    assert config["n_drones"] == 4 and config["max_steps"] == 20 and config["world_size"] == 120.0
+    assert config["r_scan_near"] == 0.0                  # the trained rewards too
+    assert result["preset"] == "wilderness" and "checkpoint" in result["world"]
+    assert result["mean"]["episode_length"] == 20.0
+
+
+def test_another_world_is_explicit_and_named(checkpoint):
+    result = evaluate("drone_swarm", checkpoint, episodes=2, seed=0, preset="default", max_steps=15)
+    assert result["env_config"]["n_drones"] == 8 and result["env_config"]["world_size"] == 100.0
+    assert result["world"] == "preset default, overridden: max_steps=15"
+    # a field override alone keeps the rest of the trained world
+    result = evaluate("drone_swarm", checkpoint, episodes=2, seed=0, max_steps=10)
+    assert result["env_config"]["n_drones"] == 4 and result["env_config"]["max_steps"] == 10
+    assert "checkpoint" in result["world"] and "max_steps=10" in result["world"]
+
+
+def test_scripted_policies_default_to_the_default_preset():
+    world = eval_world("drone_swarm", "voronoi")
+    assert world["kwargs"] == {} and world["description"] == "preset default"
+    assert eval_world("cartpole", "random", "default", {"max_steps": 10})["explicit"]
+
+
+def test_checkpoint_of_another_env_is_refused(checkpoint):
+    with pytest.raises(ValueError, match="trained on 'drone_swarm'"):
+        evaluate("cartpole", checkpoint, episodes=1)
+
+
+def test_load_actor_warns_about_another_world_and_make_env_builds_the_trained_one(checkpoint):
+    from peregrine.train import load_actor
+    from peregrine.train.checkpoint import make_env
+    with peregrine.make("drone_swarm", num_envs=1, seed=0) as env:
+        with pytest.warns(UserWarning, match="n_drones: trained 4, env 8"):
+            load_actor(checkpoint, env)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_actor(checkpoint, env, check_world=False)
+    with make_env(checkpoint, num_envs=2, seed=0) as env:
+        assert env.config["n_drones"] == 4 and env.config["world_size"] == 120.0
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            load_actor(checkpoint, env)
+    with make_env(checkpoint, preset="default", n_victims=3) as env:
+        assert env.config["n_drones"] == 8 and env.config["n_victims"] == 3
+
+
+def test_eval_cli_header_and_env_overrides(checkpoint, capsys):
+    assert main(["eval", "drone_swarm", "--policy", checkpoint, "--episodes", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "world: the checkpoint's own (preset wilderness, n_drones=4" in out
+    assert main(["eval", "drone_swarm", "--policy", checkpoint, "--episodes", "2", "--json",
+                 "--preset", "short_radio", "--env.max-steps", "12", "--env.n_drones=5"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["env_config"]["r_comm"] == 10.0 and result["env_config"]["n_drones"] == 5
+    assert result["mean"]["episode_length"] == 12.0
+    assert result["world"] == "preset short_radio, overridden: max_steps=12, n_drones=5"
+    assert main(["eval", "drone_swarm", "--episodes", "1", "--env.n_drone", "3"]) == 2
+    assert "n_drone" in capsys.readouterr().err
+    assert main(["eval", "drone_swarm", "--episodes", "1", "--train.seed", "3"]) == 2
+    assert "only env overrides" in capsys.readouterr().err
+
+
+def test_render_uses_the_checkpoints_world(checkpoint, tmp_path, capsys):
+    out = tmp_path / "run.gif"
+    assert main(["render", "drone_swarm", "--policy", checkpoint, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "world: the checkpoint's own (preset wilderness" in printed
+    assert "20 steps" in printed                                   # the trained max_steps
+    assert main(["render", "drone_swarm", "--policy", checkpoint, "--out", str(out),
+                 "--env.max_steps", "7"]) == 0
+    assert "7 steps" in capsys.readouterr().out
+
+
+def test_profile_trainer_eval_evaluates_in_the_trainers_world(tmp_path, capsys):
+    code = main(["profile", "drone_swarm", "--mode", "trainer_eval", "--seconds", "0.05",
+                 "--warmup", "0", "--num-envs", "2", "--set", "train.horizon=8",
+                 "--set", "train.minibatch_size=32", "--set", "env.preset=wilderness",
+                 "--set", "env.n_drones=3", "--set", "env.max_steps=12",
+                 "--eval-interval", "1", "--eval-episodes", "2", "--no-artifact",
+                 "--json", str(tmp_path / "eval.json")])
+    assert code == 0, capsys.readouterr()
+    setup = json.loads((tmp_path / "eval.json").read_text())["setup"]
+    assert setup["eval_env_config"]["n_drones"] == 3 and setup["eval_env_config"]["world_size"] == 120.0
+    assert setup["eval_env_config"] == setup["env_config"]
