@@ -260,18 +260,18 @@ class HangingEnv(WrongShapeEnv):
 def test_emulated_env_breaking_its_spaces_is_named(env_class, message):
     with pv.make(env_class, backend="serial", num_envs=2, num_workers=2) as env:
         with pytest.raises(ValueError, match=message):
-            env.step(np.zeros(2, np.int32))
+            env.step(np.zeros(2, env.single_action_space.dtype))
     with pv.make(env_class, backend="multiprocessing", num_envs=1) as env:
         segment = env._resources.shm.name.lstrip("/")
         with pytest.raises(pv.WorkerError, match=f"(?s)worker 0.*{message}"):
-            env.step(np.zeros(1, np.int32))
+            env.step(np.zeros(1, env.single_action_space.dtype))
     assert segment not in shm_segments()
 
 
 def test_hanging_worker_is_stopped_after_the_timeout():
     env = pv.make(HangingEnv, backend="multiprocessing", num_envs=1, timeout=1.0)
     pids, segment = env.worker_pids, env._resources.shm.name.lstrip("/")
-    actions = np.zeros(1, np.int32)
+    actions = np.zeros(1, env.single_action_space.dtype)  # Gymnasium's Discrete: int64
     env.step(actions)
     env.step(actions)
     with pytest.raises(pv.WorkerTimeoutError, match=r"worker\(s\) \[0\].*did not answer "

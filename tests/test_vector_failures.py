@@ -172,7 +172,7 @@ _LOOP = textwrap.dedent("""
         env = pv.make({env}, backend="multiprocessing", num_envs=4, num_workers=2, seed=0)
         print(" ".join(map(str, env.worker_pids)), env._resources.shm.name.lstrip("/"),
               flush=True)
-        actions = np.zeros(4, np.int32)
+        actions = np.zeros(4, env.single_action_space.dtype)
         while True:
             env.step(actions)
 """)
