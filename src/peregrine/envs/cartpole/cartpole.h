@@ -20,8 +20,6 @@
 #ifndef PEREGRINE_CARTPOLE_H
 #define PEREGRINE_CARTPOLE_H
 
-#include <stdlib.h>
-
 #include "pg_env.h"
 #include "pg_math.h"
 
@@ -51,6 +49,7 @@ struct Env {
 };
 typedef struct Env Env;
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     (void)err;
     (void)errlen;
@@ -75,34 +74,25 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     pg->action_nvec[0] = 2;
 
     size_t n = (size_t)pg->num_envs;
-    env->x = (float *)calloc(n, sizeof(float));
-    env->x_dot = (float *)calloc(n, sizeof(float));
-    env->theta = (float *)calloc(n, sizeof(float));
-    env->theta_dot = (float *)calloc(n, sizeof(float));
-    env->steps = (int32_t *)calloc(n, sizeof(int32_t));
-    if (!env->x || !env->x_dot || !env->theta || !env->theta_dot || !env->steps) {
+    if (PG_ALLOC(env, x, n) || PG_ALLOC(env, x_dot, n) || PG_ALLOC(env, theta, n) ||
+        PG_ALLOC(env, theta_dot, n) || PG_ALLOC(env, steps, n)) {
         snprintf(err, errlen, "out of memory for %zu CartPole instances", n);
         return -1;
     }
     return 0;
 }
 
-static void env_free(Env *env) {
-    free(env->x);
-    free(env->x_dot);
-    free(env->theta);
-    free(env->theta_dot);
-    free(env->steps);
-}
+static void env_free(Env *env) { (void)env; /* every array came from PG_ALLOC */ }
+#endif /* host only */
 
-static inline void cartpole_write_obs(const Env *env, float *row, int i) {
+PG_DEVICE static inline void cartpole_write_obs(const Env *env, float *row, int i) {
     row[0] = env->x[i];
     row[1] = env->x_dot[i];
     row[2] = env->theta[i];
     row[3] = env->theta_dot[i];
 }
 
-static void cartpole_reset_one(Env *env, int i) {
+PG_DEVICE static void cartpole_reset_one(Env *env, int i) {
     uint64_t *rng = &env->pg.rng[i];
     env->x[i] = pg_uniform_range(rng, -0.05f, 0.05f);
     env->x_dot[i] = pg_uniform_range(rng, -0.05f, 0.05f);
@@ -112,7 +102,7 @@ static void cartpole_reset_one(Env *env, int i) {
     cartpole_write_obs(env, (float *)env->pg.observations + 4 * (size_t)i, i);
 }
 
-static void env_reset(Env *env, int start, int end) {
+PG_DEVICE static void env_reset(Env *env, int start, int end) {
     for (int i = start; i < end; i++) cartpole_reset_one(env, i);
 }
 
@@ -120,13 +110,13 @@ static void env_reset(Env *env, int start, int end) {
  * pointers already offset to the first instance and a size_t index (Python
  * builds with -fwrapv, and a wrapping int index blocks the vectorizer): the
  * compiler turns it into SIMD. */
-PG_SIMD_KERNEL static void cartpole_physics(
-                             const Env *env, size_t count, const int32_t *restrict actions,
-                             float *restrict xs, float *restrict x_dots,
-                             float *restrict thetas, float *restrict theta_dots,
-                             int32_t *restrict steps, float *restrict obs,
-                             float *restrict rewards, uint8_t *restrict terminals,
-                             uint8_t *restrict truncations) {
+PG_DEVICE PG_SIMD_KERNEL static void cartpole_physics(
+                             const Env *env, size_t count, const int32_t *PG_RESTRICT actions,
+                             float *PG_RESTRICT xs, float *PG_RESTRICT x_dots,
+                             float *PG_RESTRICT thetas, float *PG_RESTRICT theta_dots,
+                             int32_t *PG_RESTRICT steps, float *PG_RESTRICT obs,
+                             float *PG_RESTRICT rewards, uint8_t *PG_RESTRICT terminals,
+                             uint8_t *PG_RESTRICT truncations) {
     const float gravity = env->gravity, masspole = env->masspole;
     const float total_mass = env->total_mass, length = env->length;
     const float polemass_length = env->polemass_length, force_mag = env->force_mag;
@@ -164,7 +154,7 @@ PG_SIMD_KERNEL static void cartpole_physics(
     }
 }
 
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     float *obs = (float *)pg->observations;
     uint8_t *terminals = pg->terminals, *truncations = pg->truncations;
@@ -185,12 +175,12 @@ static void env_step(Env *env, int start, int end) {
     }
 }
 
-static int env_state_size(const Env *env) {
+PG_DEVICE static int env_state_size(const Env *env) {
     (void)env;
     return 5;
 }
 
-static void env_get_state(const Env *env, int i, double *out) {
+PG_DEVICE static void env_get_state(const Env *env, int i, double *out) {
     out[0] = env->x[i];
     out[1] = env->x_dot[i];
     out[2] = env->theta[i];
@@ -198,7 +188,7 @@ static void env_get_state(const Env *env, int i, double *out) {
     out[4] = env->steps[i];
 }
 
-static int env_set_state(Env *env, int i, const double *in) {
+PG_DEVICE static int env_set_state(Env *env, int i, const double *in) {
     if (in[4] < 0 || in[4] >= env->max_steps || in[4] != (double)(int32_t)in[4]) return -1;
     env->x[i] = (float)in[0];
     env->x_dot[i] = (float)in[1];

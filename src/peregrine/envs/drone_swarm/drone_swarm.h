@@ -46,7 +46,6 @@
 #ifndef PEREGRINE_DRONE_SWARM_H
 #define PEREGRINE_DRONE_SWARM_H
 
-#include <stdlib.h>
 
 #include "pg_env.h"
 
@@ -56,7 +55,11 @@
 #define DS_MAX_OBSTACLES 16
 #define DS_OBSTACLE_TRIES 64
 #define DS_OBSTACLE_FIELDS 5 /* per obstacle slot in the state: present, x0, y0, x1, y1 */
+#ifdef PG_GPU /* one instance per GPU thread: a block is one instance, its scratch per thread */
+#define DS_BLOCK_DRONES DS_MAX_DRONES
+#else
 #define DS_BLOCK_DRONES 1024 /* drones per block of a step (see env_step) */
+#endif
 #define DS_MAX_CELLS_PER_SIDE 128
 #define DS_DRONE_SPAWN_TRIES 64
 #define DS_VICTIM_SPAWN_TRIES 256
@@ -195,6 +198,7 @@ typedef struct Env Env;
 
 /* ---- configuration ---------------------------------------------------------- */
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int ds_fail(char *err, size_t errlen, const char *message) {
     snprintf(err, errlen, "%s", message);
     return -1;
@@ -271,8 +275,7 @@ static int ds_check_config(const double *c, char *err, size_t errlen) {
 
 #define DS_ALLOC(field, count)                                          \
     do {                                                                \
-        env->field = calloc((size_t)(count), sizeof(*env->field));      \
-        if (!env->field) {                                              \
+        if (PG_ALLOC(env, field, count)) {                              \
             snprintf(err, errlen, "out of memory for %d DroneSwarm instances", pg->num_envs); \
             return -1;                                                  \
         }                                                               \
@@ -379,6 +382,7 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
 }
 
 static void env_free(Env *env) {
+    (void)env;
 #ifdef DS_PROFILE
     /* One JSON line: TSC cycles per phase summed over every step call, and the
      * split of the fastest call per instance (other jobs on the machine add
@@ -398,38 +402,13 @@ static void env_free(Env *env) {
         fclose(out);
     }
 #endif
-    free(env->step);
-    free(env->ep_t_confirm);
-    free(env->ep_m_deliver);
-    free(env->first_delivery);
-    free(env->victims_pending);
-    free(env->connected_steps);
-    free(env->ep_r_comm);
-    free(env->ep_p_drop);
-    free(env->obstacle_count);
-    free(env->obstacles);
-    free(env->x);
-    free(env->y);
-    free(env->battery);
-    free(env->returns);
-    free(env->age);
-    free(env->connected);
-    free(env->scanning);
-    free(env->vx);
-    free(env->vy);
-    free(env->status);
-    free(env->confirm_drone);
-    free(env->progress);
-    free(env->owner);
-    free(env->window);
-    free(env->ever_confirmed);
-    free(env->visited);
-    free(env->own_visited);
+    /* every array came from PG_ALLOC: the binding frees them */
 }
+#endif /* host only */
 
 /* ---- shared pieces ---------------------------------------------------------- */
 
-static inline int ds_cell(const Env *env, float x, float y) {
+PG_DEVICE static inline int ds_cell(const Env *env, float x, float y) {
     int side = env->cells_per_side;
     int cx = (int)(x / env->cell_size), cy = (int)(y / env->cell_size);
     cx = cx < side - 1 ? cx : side - 1;
@@ -445,11 +424,11 @@ static inline int ds_cell(const Env *env, float x, float y) {
  * confirmation, no scan-near). Radio links are not blocked. Nothing here runs
  * when n_obstacles is 0. */
 
-static inline const float *ds_obstacles_of(const Env *env, int i) {
+PG_DEVICE static inline const float *ds_obstacles_of(const Env *env, int i) {
     return env->obstacles + (size_t)i * 4 * (size_t)env->n_obstacles;
 }
 
-static inline int ds_inside_any(const float *ob, int count, float x, float y) {
+PG_DEVICE static inline int ds_inside_any(const float *ob, int count, float x, float y) {
     int inside = 0;
     for (int o = 0; o < count; o++, ob += 4)
         inside |= (x > ob[0]) & (x < ob[2]) & (y > ob[1]) & (y < ob[3]);
@@ -457,7 +436,7 @@ static inline int ds_inside_any(const float *ob, int count, float x, float y) {
 }
 
 /* Squared distance from (x, y) to the rectangle (0 on or inside it). */
-static inline float ds_rect_d2(const float *o, float x, float y) {
+PG_DEVICE static inline float ds_rect_d2(const float *o, float x, float y) {
     float gx = o[0] - x, gx2 = x - o[2], gy = o[1] - y, gy2 = y - o[3];
     gx = gx > gx2 ? gx : gx2;
     gy = gy > gy2 ? gy : gy2;
@@ -471,7 +450,7 @@ static inline float ds_rect_d2(const float *o, float x, float y) {
  * the slab on the open interval between the two face crossings; with a zero
  * step the point must be strictly inside the slab. Blocked when the two
  * intervals overlap within [0, 1]. */
-static inline int ds_segment_blocked(const float *o, float ax, float ay, float bx, float by) {
+PG_DEVICE static inline int ds_segment_blocked(const float *o, float ax, float ay, float bx, float by) {
     /* A segment whose bounding box stays off the open interior cannot cross it:
      * the slab test below says so too (monotonic rounding puts its entry at
      * t >= 1 or its exit at t <= 0), so this only skips the divisions. */
@@ -503,7 +482,7 @@ static inline int ds_segment_blocked(const float *o, float ax, float ay, float b
  * obstacle_base_clearance from the base and obstacle_separation from every
  * obstacle kept before (gap along x or along y); an obstacle with no good try
  * is left out. */
-static void ds_place_obstacles(Env *env, int i, uint64_t *rng) {
+PG_DEVICE static void ds_place_obstacles(Env *env, int i, uint64_t *rng) {
     float *placed = env->obstacles + (size_t)i * 4 * (size_t)env->n_obstacles;
     const float size = env->world_size, margin = env->obstacle_margin;
     const float lo = env->obstacle_min_size, hi = env->obstacle_max_size;
@@ -541,7 +520,7 @@ static void ds_place_obstacles(Env *env, int i, uint64_t *rng) {
  * placed obstacles (squared distance to the rectangle, ties to the lower
  * index), each as its corners relative to the drone, (x0 - x, y0 - y, x1 - x,
  * y1 - y) / world_size; zero where there are fewer. */
-static void ds_obstacle_slots(const Env *env, int i, float *obs) {
+PG_DEVICE static void ds_obstacle_slots(const Env *env, int i, float *obs) {
     const int n = env->n, dim = env->obs_dim, kq = env->k_obstacles;
     const int count = env->obstacle_count[i];
     const size_t od = (size_t)i * n;
@@ -585,7 +564,7 @@ static void ds_obstacle_slots(const Env *env, int i, float *obs) {
  * the unlimited vector cost model, without which GCC keeps 8-drone loops on
  * the scalar path (its threshold was 16-32 iterations). Values are unchanged:
  * no reassociation, no contraction, same rounding. */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(__GNUC__) && !defined(__clang__) && !defined(PG_GPU)
 #define DS_NO_TRAP __attribute__((optimize("no-trapping-math", "vect-cost-model=unlimited")))
 #else
 #define DS_NO_TRAP
@@ -593,13 +572,13 @@ static void ds_obstacle_slots(const Env *env, int i, float *obs) {
 #define DS_KERNEL PG_SIMD_KERNEL DS_NO_TRAP
 
 /* Helpers the kernels call carry the same options, or GCC will not inline them. */
-static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
+PG_DEVICE static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
     return isfinite(x) ? x : 0.0f;
 }
 
 /* pg_clampf with both comparisons always evaluated: the same result, and no
  * comparison executed only under a condition, which if-conversion needs. */
-static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
+PG_DEVICE static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     float upper = x > hi ? hi : x;
     return upper < lo ? lo : upper;
 }
@@ -609,9 +588,9 @@ static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
  * face in its way (lo/hi: the rectangles' faces on this axis, a_lo/a_hi: on
  * the other). Branch-free and drone-major so it vectorizes; per drone the
  * obstacles apply in index order. */
-DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int axis,
-                                       const float *restrict from, float *restrict to,
-                                       const float *restrict across) {
+PG_DEVICE DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int axis,
+                                       const float *PG_RESTRICT from, float *PG_RESTRICT to,
+                                       const float *PG_RESTRICT across) {
     for (int o = 0; o < count; o++) {
         const float lo = ob[4 * o + axis], hi = ob[4 * o + axis + 2];
         const float a_lo = ob[4 * o + 1 - axis], a_hi = ob[4 * o + 3 - axis];
@@ -630,7 +609,7 @@ DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int
  * move is resolved axis by axis, x first at the old y, then y at the new x; a
  * drone stops on the face of the first obstacle in its way and slides along
  * it. Cells are recomputed from the resolved positions. */
-static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
+PG_DEVICE static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
                              int32_t *cell) {
     const int n = env->n, count = env->obstacle_count[i];
     if (count == 0) return;
@@ -646,7 +625,7 @@ static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *o
  * recomputed. Only pairs within reach2 (the largest range) are tested, each
  * with a bounding-box reject first (scalar: a branch-free version that ran
  * the divisions for every pair measured 4x slower). */
-static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *scanners,
+PG_DEVICE static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *scanners,
                        const float *x, const float *y, const float *vx, const float *vy,
                        const int32_t *status, float rc2, float rs2, float near2, float *victim_d2,
                        int32_t *counts) {
@@ -681,11 +660,11 @@ static void ds_occlude(const Env *env, int i, int num_scanners, const int32_t *s
  * it): actions -> velocity, position, battery, cell index, scan/active
  * flags. Dividing by max(norm, 1) leaves in-disc velocities exact (x / 1 ==
  * x) without a data-dependent branch. */
-DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict actions,
-                                   float *restrict x, float *restrict y,
-                                   float *restrict battery, float *restrict speed2,
-                                   int32_t *restrict cell, int32_t *restrict active_out,
-                                   int32_t *restrict scan_out) {
+PG_DEVICE DS_KERNEL static void ds_move(const Env *env, size_t n, const float *PG_RESTRICT actions,
+                                   float *PG_RESTRICT x, float *PG_RESTRICT y,
+                                   float *PG_RESTRICT battery, float *PG_RESTRICT speed2,
+                                   int32_t *PG_RESTRICT cell, int32_t *PG_RESTRICT active_out,
+                                   int32_t *PG_RESTRICT scan_out) {
     const float v_max = env->v_max, dt = env->dt, size = env->world_size;
     const float c_idle = env->c_idle, c_move = env->c_move, c_scan = env->c_scan;
     const float cell_size = env->cell_size;
@@ -733,13 +712,13 @@ DS_KERNEL static void ds_move(const Env *env, size_t n, const float *restrict ac
 /* Observation features 0..9 of `count` consecutive drone rows (any number of
  * instances; r_comm is per drone because it is per episode), written straight
  * into the rows (stride dim). Vectorizes across drones. */
-DS_KERNEL static void ds_features(const Env *env, size_t count, const float *restrict r_comm,
-                                  const float *restrict x, const float *restrict y,
-                                  const float *restrict battery,
-                                  const float *restrict connected,
-                                  const int32_t *restrict age,
-                                  const int32_t *restrict neighbours,
-                                  const float *restrict nearest2, float *restrict obs,
+PG_DEVICE DS_KERNEL static void ds_features(const Env *env, size_t count, const float *PG_RESTRICT r_comm,
+                                  const float *PG_RESTRICT x, const float *PG_RESTRICT y,
+                                  const float *PG_RESTRICT battery,
+                                  const float *PG_RESTRICT connected,
+                                  const int32_t *PG_RESTRICT age,
+                                  const int32_t *PG_RESTRICT neighbours,
+                                  const float *PG_RESTRICT nearest2, float *PG_RESTRICT obs,
                                   size_t dim) {
     const float size = env->world_size, bx = env->base_x, by = env->base_y;
     const float max_steps = (float)env->max_steps;
@@ -775,10 +754,10 @@ DS_KERNEL static void ds_features(const Env *env, size_t count, const float *res
  * (y_a - y_b)^2, the same float seen from either end. The minimum is kept on
  * the float bit patterns as integers (monotonic for d2 >= 0): same result,
  * integer min vectorizes without -ffinite-math-only. */
-DS_KERNEL static void ds_pair_columns(size_t n, const float *restrict x, const float *restrict y,
-                                      const int32_t *restrict alive, float r2,
-                                      int32_t *restrict count, int32_t *restrict nearest2_bits,
-                                      uint64_t *restrict adjacency) {
+PG_DEVICE DS_KERNEL static void ds_pair_columns(size_t n, const float *PG_RESTRICT x, const float *PG_RESTRICT y,
+                                      const int32_t *PG_RESTRICT alive, float r2,
+                                      int32_t *PG_RESTRICT count, int32_t *PG_RESTRICT nearest2_bits,
+                                      uint64_t *PG_RESTRICT adjacency) {
     for (size_t a = 0; a < n; a++) {
         count[a] = 0;
         nearest2_bits[a] = 0x7F800000; /* +inf */
@@ -807,12 +786,12 @@ DS_KERNEL static void ds_pair_columns(size_t n, const float *restrict x, const f
  * steps skip the per-victim work: victims within r_confirm_radius, within
  * r_sense, and unknown ones within 2 * r_confirm_radius (with the statuses
  * before this step's phases 4-5). */
-DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *restrict drones,
-                                     const float *restrict x, const float *restrict y, size_t m,
-                                     const float *restrict vx, const float *restrict vy,
-                                     const int32_t *restrict status, float rc2, float rs2,
-                                     float near2, float *restrict out,
-                                     int32_t *restrict counts) {
+PG_DEVICE DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *PG_RESTRICT drones,
+                                     const float *PG_RESTRICT x, const float *PG_RESTRICT y, size_t m,
+                                     const float *PG_RESTRICT vx, const float *PG_RESTRICT vy,
+                                     const int32_t *PG_RESTRICT status, float rc2, float rs2,
+                                     float near2, float *PG_RESTRICT out,
+                                     int32_t *PG_RESTRICT counts) {
     for (size_t j = 0; j < count; j++) {
         size_t d = (size_t)drones[j];
         const float xd = x[d], yd = y[d];
@@ -834,12 +813,12 @@ DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *restrict drone
 
 /* Phase 7 rewards of n consecutive drone rows (any number of instances); every
  * term added in the documented order. */
-DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float *restrict share,
-                                 const float *restrict speed2, const float *restrict confirmations,
-                                 const float *restrict explore, const float *restrict scan_near,
-                                 const float *restrict alive, const float *restrict connected,
-                                 const float *restrict nearest2, float *restrict rewards,
-                                 float *restrict returns) {
+PG_DEVICE DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float *PG_RESTRICT share,
+                                 const float *PG_RESTRICT speed2, const float *PG_RESTRICT confirmations,
+                                 const float *PG_RESTRICT explore, const float *PG_RESTRICT scan_near,
+                                 const float *PG_RESTRICT alive, const float *PG_RESTRICT connected,
+                                 const float *PG_RESTRICT nearest2, float *PG_RESTRICT rewards,
+                                 float *PG_RESTRICT returns) {
     const float sep = env->min_drone_separation, r_disp = env->r_dispersion;
     const float r_time = env->r_time, c_energy = env->c_energy, r_confirm = env->r_confirm;
     const float r_explore = env->r_explore, r_scan_near = env->r_scan_near;
@@ -868,7 +847,7 @@ DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float *restrict
  * nearest live-neighbour distances for every drone (dead ones too: they still
  * observe), and the drone-drone adjacency (live pairs within r_comm) as
  * bitmasks. */
-static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
+PG_DEVICE static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
                             float *nearest2, uint64_t *adjacency) {
     const int n = env->n;
     int32_t alive_flag[DS_MAX_DRONES], nearest2_bits[DS_MAX_DRONES];
@@ -879,7 +858,7 @@ static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int
 }
 
 /* Base links: live drones within r_comm of the base. */
-static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, float r2) {
+PG_DEVICE static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, float r2) {
     const int n = env->n;
     const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
     uint64_t links = 0;
@@ -891,10 +870,10 @@ static inline uint64_t ds_base_links(const Env *env, int i, uint64_t alive, floa
 }
 
 /* The connected set: everything reachable from the base links. */
-static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
+PG_DEVICE static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
     uint64_t reached = base, frontier = base;
     while (frontier) {
-        int d = __builtin_ctzll(frontier);
+        int d = pg_ctz64(frontier);
         frontier &= frontier - 1;
         uint64_t fresh = adjacency[d] & ~reached;
         reached |= fresh;
@@ -903,7 +882,7 @@ static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
     return reached;
 }
 
-static inline uint64_t ds_alive_mask(const Env *env, int i) {
+PG_DEVICE static inline uint64_t ds_alive_mask(const Env *env, int i) {
     const float *battery = env->battery + (size_t)i * env->n;
     uint64_t alive = 0;
     for (int d = 0; d < env->n; d++) alive |= (uint64_t)(battery[d] > 0.0f) << d;
@@ -912,7 +891,7 @@ static inline uint64_t ds_alive_mask(const Env *env, int i) {
 
 /* The first 10 features of every drone row of instance i; detection slots are
  * zeroed when zero_slots (reset, set_state). */
-static void ds_write_features(const Env *env, int i, float *obs, const int *count,
+PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, const int *count,
                               const float *nearest2, int zero_slots) {
     const int n = env->n, dim = env->obs_dim;
     const size_t od = (size_t)i * n;
@@ -927,7 +906,7 @@ static void ds_write_features(const Env *env, int i, float *obs, const int *coun
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
-static void ds_observe_state(const Env *env, int i) {
+PG_DEVICE static void ds_observe_state(const Env *env, int i) {
     int count[DS_MAX_DRONES];
     float nearest2[DS_MAX_DRONES];
     uint64_t adjacency[DS_MAX_DRONES];
@@ -938,7 +917,7 @@ static void ds_observe_state(const Env *env, int i) {
 
 /* ---- reset -------------------------------------------------------------------- */
 
-static void ds_reset_instance(Env *env, int i) {
+PG_DEVICE static void ds_reset_instance(Env *env, int i) {
     uint64_t *rng = &env->pg.rng[i];
     const int n = env->n, m = env->m;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
@@ -1045,13 +1024,13 @@ static void ds_reset_instance(Env *env, int i) {
     ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
 }
 
-static void env_reset(Env *env, int start, int end) {
+PG_DEVICE static void env_reset(Env *env, int start, int end) {
     for (int i = start; i < end; i++) ds_reset_instance(env, i);
 }
 
 /* ---- the step --------------------------------------------------------------- */
 
-static void ds_record_episode(Env *env, int i) {
+PG_DEVICE static void ds_record_episode(Env *env, int i) {
     const int n = env->n, m = env->m;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
     double total = 0.0;
@@ -1063,7 +1042,7 @@ static void ds_record_episode(Env *env, int i) {
     }
     int explored = 0;
     const uint64_t *visited = env->visited + (size_t)i * env->words64;
-    for (int w = 0; w < env->words64; w++) explored += __builtin_popcountll(visited[w]);
+    for (int w = 0; w < env->words64; w++) explored += pg_popcount64(visited[w]);
     double length = (double)env->step[i];
     int first = env->first_delivery[i];
     double values[8] = {
@@ -1081,18 +1060,20 @@ static void ds_record_episode(Env *env, int i) {
 
 /* Small fills that GCC would otherwise turn into memset calls (a call per
  * drone row costs more than the stores themselves). */
-#if defined(__GNUC__) && !defined(__clang__)
+#if defined(PG_GPU)
+#define DS_NO_MEMSET
+#elif defined(__GNUC__) && !defined(__clang__)
 #define DS_NO_MEMSET __attribute__((noinline, optimize("no-tree-loop-distribute-patterns")))
 #else
 #define DS_NO_MEMSET __attribute__((noinline))
 #endif
 
-DS_NO_MEMSET static void ds_zero_slots(float *obs, int n, int dim) {
+PG_DEVICE DS_NO_MEMSET static void ds_zero_slots(float *obs, int n, int dim) {
     for (int d = 0; d < n; d++)
         for (int s = 10; s < dim; s++) obs[(size_t)d * dim + s] = 0.0f;
 }
 
-DS_NO_MEMSET static void ds_fill_flags(uint8_t *terminals, uint8_t *truncations, int n,
+PG_DEVICE DS_NO_MEMSET static void ds_fill_flags(uint8_t *terminals, uint8_t *truncations, int n,
                                        uint8_t terminal, uint8_t truncated) {
     for (int d = 0; d < n; d++) {
         terminals[d] = terminal;
@@ -1117,7 +1098,7 @@ typedef struct {
  * exploration, connectivity, confirmation, delivery, detections; leaves what
  * the block-wide rewards/observations pass needs in the scratch rows
  * (drone j0 .. j0 + n - 1) and the end-of-episode flags. */
-static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
+PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     PgBatch *pg = &env->pg;
     const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
@@ -1167,7 +1148,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
             /* links to b > a, ascending; (2 << 63) wraps to 0, so a = 63 has none */
             uint64_t later = adjacency[a] & ~((2ULL << a) - 1);
             while (later) {
-                int b = __builtin_ctzll(later);
+                int b = pg_ctz64(later);
                 later &= later - 1;
                 if (!(pg_uniform(rng) >= p_drop)) {
                     adjacency[a] &= ~(1ULL << b);
@@ -1194,7 +1175,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
     const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
     int num_scanners = 0, any_confirm = 0;
-    for (uint64_t s = scanning; s; s &= s - 1) scanners[num_scanners++] = __builtin_ctzll(s);
+    for (uint64_t s = scanning; s; s &= s - 1) scanners[num_scanners++] = pg_ctz64(s);
     if (num_scanners)
         ds_victim_scan((size_t)num_scanners, scanners, x, y, (size_t)m, vx, vy, status, rc2, rs2,
                        near2, victim_d2, &victim_counts[0][0]);
@@ -1217,7 +1198,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
             int best = -1;
             float best2 = INFINITY;
             for (uint64_t s = any_confirm ? scanning : 0; s; s &= s - 1) {
-                int d = __builtin_ctzll(s);
+                int d = pg_ctz64(s);
                 float d2 = victim_d2[(size_t)d * m + v];
                 if (d2 <= rc2 && d2 < best2) {
                     best2 = d2;
@@ -1268,7 +1249,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
     uint64_t scan_near = 0;
     if (k > 0) ds_zero_slots(obs + od * dim, n, dim);
     for (uint64_t s = scanning; s; s &= s - 1) {
-        int d = __builtin_ctzll(s);
+        int d = pg_ctz64(s);
         float *slots = obs + (od + d) * dim + 10;
         const float *row = victim_d2 + (size_t)d * m;
         if (!changed && victim_counts[d][1] == 0) { /* nothing in sensing range */
@@ -1325,7 +1306,7 @@ static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
 
 /* Pass 4, one instance: flags, and for a finished episode its final
  * observation, statistics and reset. */
-static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t truncated) {
+PG_DEVICE static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t truncated) {
     PgBatch *pg = &env->pg;
     const int n = env->n, dim = env->obs_dim;
     const size_t od = (size_t)i * n;
@@ -1344,7 +1325,7 @@ static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t truncated
  * block in one vectorized call, then phases 3-6 instance by instance, then
  * rewards and observations for the whole block in two vectorized calls, then
  * the ends of episodes. */
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     const int n = env->n, dim = env->obs_dim;
     const int per_block = DS_BLOCK_DRONES / n;
@@ -1399,16 +1380,16 @@ static void env_step(Env *env, int start, int end) {
 
 /* ---- exact state ---------------------------------------------------------------- */
 
-static int env_state_size(const Env *env) {
+PG_DEVICE static int env_state_size(const Env *env) {
     return DS_HEADER + DS_DRONE_FIELDS * env->n + DS_VICTIM_FIELDS * env->m +
            env->words32 * (1 + env->n) + DS_OBSTACLE_FIELDS * env->n_obstacles;
 }
 
-static inline double ds_word32(const uint64_t *words64, int w) {
+PG_DEVICE static inline double ds_word32(const uint64_t *words64, int w) {
     return (double)((words64[w >> 1] >> (32 * (w & 1))) & 0xFFFFFFFFULL);
 }
 
-static void env_get_state(const Env *env, int i, double *out) {
+PG_DEVICE static void env_get_state(const Env *env, int i, double *out) {
     const int n = env->n, m = env->m;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
     out[0] = env->step[i];
@@ -1454,11 +1435,11 @@ static void env_get_state(const Env *env, int i, double *out) {
     }
 }
 
-static inline int ds_is_int(double v, double lo, double hi) {
+PG_DEVICE static inline int ds_is_int(double v, double lo, double hi) {
     return v >= lo && v <= hi && v == floor(v);
 }
 
-static int env_set_state(Env *env, int i, const double *in) {
+PG_DEVICE static int env_set_state(Env *env, int i, const double *in) {
     const int n = env->n, m = env->m;
     const double size = env->world_size;
     /* validate everything before writing anything (same rules as reference.state_is_valid) */

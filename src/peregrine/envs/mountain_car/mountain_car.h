@@ -43,6 +43,7 @@ struct Env {
 };
 typedef struct Env Env;
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->max_steps = (int)config[0];
     env->goal_position = (float)config[1];
@@ -58,21 +59,22 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     pg->action_kind = PG_ACTION_DISCRETE;
     pg->action_dim = 1;
     pg->action_nvec[0] = 3;
-    return mountain_car_alloc(&env->car, (size_t)pg->num_envs, err, errlen);
+    return mountain_car_alloc(pg, &env->car, (size_t)pg->num_envs, err, errlen);
 }
 
-static void env_free(Env *env) { mountain_car_free(&env->car); }
+static void env_free(Env *env) { (void)env; /* every array came from pg_alloc */ }
+#endif /* host only */
 
 #include "mountain_car_env.h"
 
 /* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
  * pointers offset to the first instance and a size_t index, so it becomes
  * SIMD code (see cartpole.h). */
-PG_SIMD_KERNEL static void mountain_car_physics(
-    const Env *env, size_t count, const int32_t *restrict actions,
-    float *restrict positions, float *restrict velocities, float *restrict returns,
-    int32_t *restrict steps, float *restrict obs, float *restrict rewards,
-    uint8_t *restrict terminals, uint8_t *restrict truncations) {
+PG_DEVICE PG_SIMD_KERNEL static void mountain_car_physics(
+    const Env *env, size_t count, const int32_t *PG_RESTRICT actions,
+    float *PG_RESTRICT positions, float *PG_RESTRICT velocities, float *PG_RESTRICT returns,
+    int32_t *PG_RESTRICT steps, float *PG_RESTRICT obs, float *PG_RESTRICT rewards,
+    uint8_t *PG_RESTRICT terminals, uint8_t *PG_RESTRICT truncations) {
     const float force = env->force, neg_gravity = -env->gravity, max_speed = env->max_speed;
     const float goal_position = env->goal_position, goal_velocity = env->goal_velocity;
     const int max_steps = env->max_steps;
@@ -95,7 +97,7 @@ PG_SIMD_KERNEL static void mountain_car_physics(
     }
 }
 
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     MountainCarState *car = &env->car;
     size_t s = (size_t)start;

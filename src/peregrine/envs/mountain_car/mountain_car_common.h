@@ -11,7 +11,6 @@
 #ifndef PEREGRINE_MOUNTAIN_CAR_COMMON_H
 #define PEREGRINE_MOUNTAIN_CAR_COMMON_H
 
-#include <stdlib.h>
 
 #include "pg_env.h"
 #include "pg_math.h"
@@ -27,30 +26,26 @@ typedef struct {
     int32_t *steps;
 } MountainCarState;
 
-static int mountain_car_alloc(MountainCarState *car, size_t n, char *err, size_t errlen) {
-    car->position = (float *)calloc(n, sizeof(float));
-    car->velocity = (float *)calloc(n, sizeof(float));
-    car->returns = (float *)calloc(n, sizeof(float));
-    car->steps = (int32_t *)calloc(n, sizeof(int32_t));
-    if (!car->position || !car->velocity || !car->returns || !car->steps) {
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
+/* `car` is a member of the Env that starts with `pg`. */
+static int mountain_car_alloc(PgBatch *pg, MountainCarState *car, size_t n, char *err,
+                              size_t errlen) {
+    if (pg_alloc(pg, &car->position, n, sizeof(float)) ||
+        pg_alloc(pg, &car->velocity, n, sizeof(float)) ||
+        pg_alloc(pg, &car->returns, n, sizeof(float)) ||
+        pg_alloc(pg, &car->steps, n, sizeof(int32_t))) {
         snprintf(err, errlen, "out of memory for %zu MountainCar instances", n);
         return -1;
     }
     return 0;
 }
-
-static void mountain_car_free(MountainCarState *car) {
-    free(car->position);
-    free(car->velocity);
-    free(car->returns);
-    free(car->steps);
-}
+#endif /* host only */
 
 /* cos(3 position) through pg_sincosf. Adding 0 * sin keeps both polynomials
  * live and branch-free: with only the cosine used, GCC sinks the sine into a
  * branch on the quadrant that it then may not if-convert, and the loop stays
  * scalar. For finite values it changes nothing (the references do the same). */
-static inline float mountain_car_cos3(float position) {
+PG_DEVICE static inline float mountain_car_cos3(float position) {
     float sin_3x, cos_3x;
     pg_sincosf(3.0f * position, &sin_3x, &cos_3x);
     return cos_3x + 0.0f * sin_3x;
@@ -62,7 +57,7 @@ static inline float mountain_car_cos3(float position) {
  * never start left of it, so that is exactly "the unclipped position is at or
  * past the wall", and this form keeps the caller's loop free of branches.
  * Returns whether the goal was reached. */
-static inline int mountain_car_move(float *position_io, float *velocity_io, float acceleration,
+PG_DEVICE static inline int mountain_car_move(float *position_io, float *velocity_io, float acceleration,
                                     float max_speed, float goal_position, float goal_velocity) {
     float velocity = *velocity_io + acceleration;
     velocity = velocity < -max_speed ? -max_speed : velocity;
@@ -77,14 +72,14 @@ static inline int mountain_car_move(float *position_io, float *velocity_io, floa
     return (position >= goal_position) & (velocity >= goal_velocity);
 }
 
-static inline void mountain_car_write_obs(const MountainCarState *car, PgBatch *pg, int i) {
+PG_DEVICE static inline void mountain_car_write_obs(const MountainCarState *car, PgBatch *pg, int i) {
     float *row = (float *)pg->observations + 2 * (size_t)i;
     row[0] = car->position[i];
     row[1] = car->velocity[i];
 }
 
 /* Reset draws the position uniformly from [-0.6, -0.4); velocity 0. */
-static void mountain_car_reset_one(MountainCarState *car, PgBatch *pg, int i) {
+PG_DEVICE static void mountain_car_reset_one(MountainCarState *car, PgBatch *pg, int i) {
     car->position[i] = pg_uniform_range(&pg->rng[i], -0.6f, -0.4f);
     car->velocity[i] = 0.0f;
     car->returns[i] = 0.0f;
@@ -92,13 +87,13 @@ static void mountain_car_reset_one(MountainCarState *car, PgBatch *pg, int i) {
     mountain_car_write_obs(car, pg, i);
 }
 
-static void mountain_car_reset_range(MountainCarState *car, PgBatch *pg, int start, int end) {
+PG_DEVICE static void mountain_car_reset_range(MountainCarState *car, PgBatch *pg, int start, int end) {
     for (int i = start; i < end; i++) mountain_car_reset_one(car, pg, i);
 }
 
 /* Pass 2 of a step: finished episodes keep their last observation, record
  * (return, length, success) and reset. */
-static void mountain_car_finish_episodes(MountainCarState *car, PgBatch *pg, int start, int end) {
+PG_DEVICE static void mountain_car_finish_episodes(MountainCarState *car, PgBatch *pg, int start, int end) {
     const uint8_t *terminals = pg->terminals, *truncations = pg->truncations;
     float *obs = (float *)pg->observations, *final_obs = (float *)pg->final_observations;
     for (int i = pg_next_ended(terminals, truncations, start, end); i < end;
@@ -111,7 +106,7 @@ static void mountain_car_finish_episodes(MountainCarState *car, PgBatch *pg, int
     }
 }
 
-static void mountain_car_get_state(const MountainCarState *car, int i, double *out) {
+PG_DEVICE static void mountain_car_get_state(const MountainCarState *car, int i, double *out) {
     out[0] = car->position[i];
     out[1] = car->velocity[i];
     out[2] = car->steps[i];
@@ -120,7 +115,7 @@ static void mountain_car_get_state(const MountainCarState *car, int i, double *o
 
 /* Refuses positions off the track, speeds past max_speed, step counts outside
  * [0, max_steps) and absurd returns. */
-static int mountain_car_set_state(MountainCarState *car, PgBatch *pg, int i, const double *in,
+PG_DEVICE static int mountain_car_set_state(MountainCarState *car, PgBatch *pg, int i, const double *in,
                                   float max_speed, int max_steps) {
     if (!(fabs(in[0]) <= 10.0 && fabs(in[1]) <= 10.0 && fabs(in[3]) <= 1e30)) return -1;
     float position = (float)in[0], velocity = (float)in[1];

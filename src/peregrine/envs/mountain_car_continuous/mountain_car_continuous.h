@@ -31,7 +31,6 @@
 #ifndef PEREGRINE_MOUNTAIN_CAR_CONTINUOUS_H
 #define PEREGRINE_MOUNTAIN_CAR_CONTINUOUS_H
 
-#include <float.h>
 
 #include "../mountain_car/mountain_car_common.h"
 
@@ -59,6 +58,7 @@ struct Env {
 };
 typedef struct Env Env;
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->max_steps = (int)config[0];
     env->goal_position = (float)config[1];
@@ -76,18 +76,15 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     pg->action_kind = PG_ACTION_CONTINUOUS;
     pg->action_dim = 1;
     size_t n = (size_t)pg->num_envs;
-    env->finite_actions = (float *)calloc(n, sizeof(float));
-    if (!env->finite_actions) {
+    if (PG_ALLOC(env, finite_actions, n)) {
         snprintf(err, errlen, "out of memory for %zu MountainCarContinuous instances", n);
         return -1;
     }
-    return mountain_car_alloc(&env->car, n, err, errlen);
+    return mountain_car_alloc(pg, &env->car, n, err, errlen);
 }
 
-static void env_free(Env *env) {
-    mountain_car_free(&env->car);
-    free(env->finite_actions);
-}
+static void env_free(Env *env) { (void)env; /* every array came from pg_alloc */ }
+#endif /* host only */
 
 #include "../mountain_car/mountain_car_env.h"
 
@@ -100,12 +97,12 @@ static void env_free(Env *env) {
  * loop of its own writing a scratch array, and why the force is clipped after
  * multiplying by power: clip(a, -1, 1) * power equals clip(a * power, -power,
  * power) exactly, since rounding is monotonic. */
-PG_SIMD_KERNEL static void mountain_car_continuous_physics(
-    const Env *env, size_t count, const float *restrict actions,
-    float *restrict finite_actions, float *restrict positions,
-    float *restrict velocities, float *restrict returns, int32_t *restrict steps,
-    float *restrict obs, float *restrict rewards, uint8_t *restrict terminals,
-    uint8_t *restrict truncations) {
+PG_DEVICE PG_SIMD_KERNEL static void mountain_car_continuous_physics(
+    const Env *env, size_t count, const float *PG_RESTRICT actions,
+    float *PG_RESTRICT finite_actions, float *PG_RESTRICT positions,
+    float *PG_RESTRICT velocities, float *PG_RESTRICT returns, int32_t *PG_RESTRICT steps,
+    float *PG_RESTRICT obs, float *PG_RESTRICT rewards, uint8_t *PG_RESTRICT terminals,
+    uint8_t *PG_RESTRICT truncations) {
     const float power = env->power, gravity = env->gravity, max_speed = env->max_speed;
     const float goal_position = env->goal_position, goal_velocity = env->goal_velocity;
     const float goal_reward = env->goal_reward, action_cost = env->action_cost;
@@ -141,7 +138,7 @@ PG_SIMD_KERNEL static void mountain_car_continuous_physics(
     }
 }
 
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     MountainCarState *car = &env->car;
     size_t s = (size_t)start;

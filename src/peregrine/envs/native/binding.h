@@ -335,6 +335,7 @@ static int pg_format_matches(const char *format, char kind) {
     case 'f': return c == 'f';
     case 'i': return c == 'i' || (c == 'l' && sizeof(long) == 4);
     case 'B': return c == 'B' || c == '?' || c == 'b';
+    case 'Q': return c == 'Q' || (c == 'L' && sizeof(long) == 8);
     }
     return 0;
 }
@@ -348,11 +349,14 @@ static int pg_get_buffer(PyObject *obj, Py_buffer *view, const char *name, char 
                      name, writable ? ", writable" : "");
         return -1;
     }
-    Py_ssize_t itemsize = kind == 'B' ? 1 : 4;
+    Py_ssize_t itemsize = kind == 'B' ? 1 : kind == 'Q' ? 8 : 4;
     if (view->itemsize != itemsize || !pg_format_matches(view->format, kind)) {
         PyErr_Format(PyExc_ValueError, "%s has element format '%s', expected %s", name,
                      view->format ? view->format : "B",
-                     kind == 'f' ? "float32" : kind == 'i' ? "int32" : "uint8/bool");
+                     kind == 'f'   ? "float32"
+                     : kind == 'i' ? "int32"
+                     : kind == 'Q' ? "uint64"
+                                   : "uint8/bool");
         PyBuffer_Release(view);
         return -1;
     }
@@ -395,6 +399,17 @@ static long pg_action_count(const PgBatch *pg) {
     return pg->action_kind == PG_ACTION_DISCRETE ? rows : rows * pg->action_dim;
 }
 
+/* Frees an Env, its env_free hook first, then every pg_alloc array. */
+static void pg_env_delete(Env *env) {
+    env_free(env);
+    for (int a = 0; a < env->pg.num_allocs; a++) {
+        void *memory;
+        memcpy(&memory, (char *)env + env->pg.allocs[a].offset, sizeof memory);
+        free(memory);
+    }
+    free(env);
+}
+
 /* Builds an Env for `config`; on failure sets a Python error and returns NULL. */
 static Env *pg_env_new(const double *config, int num_envs) {
     Env *env = (Env *)calloc(1, sizeof(Env));
@@ -407,16 +422,14 @@ static Env *pg_env_new(const double *config, int num_envs) {
     char err[512] = {0};
     if (env_init(env, config, err, sizeof(err)) != 0) {
         PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid config");
-        env_free(env);
-        free(env);
+        pg_env_delete(env);
         return NULL;
     }
     PgBatch *pg = &env->pg;
     if (pg->obs_dim < 1 || pg->agents_per_env < 1 || pg->action_dim < 1 ||
         pg->action_dim > PG_MAX_ACTION_DIM) {
         PyErr_SetString(PyExc_RuntimeError, "env_init produced invalid dimensions");
-        env_free(env);
-        free(env);
+        pg_env_delete(env);
         return NULL;
     }
     return env;
@@ -431,10 +444,7 @@ static void pg_batch_release(PgBatchObject *self) {
         self->pool = NULL;
     }
     if (self->env) {
-        env_free(self->env);
-        free(self->env->pg.rng);
-        free(self->env->pg.stats);
-        free(self->env);
+        pg_env_delete(self->env);
         self->env = NULL;
     }
     for (int i = 0; i < PG_NUM_BUFFERS; i++) {
@@ -479,9 +489,8 @@ static int pg_batch_init(PgBatchObject *self, PyObject *args, PyObject *kwargs) 
     if (!env) return -1;
     self->env = env;
     PgBatch *pg = &env->pg;
-    pg->rng = (uint64_t *)calloc((size_t)num_envs, sizeof(uint64_t));
-    pg->stats = (double *)calloc((size_t)num_envs * (1 + 2 * PG_NUM_STATS), sizeof(double));
-    if (!pg->rng || !pg->stats) {
+    if (pg_alloc(pg, &pg->rng, (size_t)num_envs, sizeof(uint64_t)) ||
+        pg_alloc(pg, &pg->stats, (size_t)num_envs * (1 + 2 * PG_NUM_STATS), sizeof(double))) {
         pg_batch_release(self);
         PyErr_NoMemory();
         return -1;
@@ -596,17 +605,9 @@ static PyObject *pg_batch_seed_instance(PgBatchObject *self, PyObject *args) {
  * `selected` is; all rows when selection is NULL. */
 static void pg_clear_rows(PgBatch *pg, const uint8_t *selection, int selected,
                           int final_observations) {
-    size_t agents = (size_t)pg->agents_per_env;
-    size_t obs_bytes = agents * (size_t)pg->obs_dim * (pg->obs_is_uint8 ? 1 : sizeof(float));
-    for (int i = 0; i < pg->num_envs; i++) {
-        if (selection && (selection[i] != 0) != selected) continue;
-        size_t row = (size_t)i * agents;
-        memset(pg->terminals + row, 0, agents);
-        memset(pg->truncations + row, 0, agents);
-        memset(pg->rewards + row, 0, agents * sizeof(float));
-        if (final_observations)
-            memset((char *)pg->final_observations + (size_t)i * obs_bytes, 0, obs_bytes);
-    }
+    for (int i = 0; i < pg->num_envs; i++)
+        if (!selection || (selection[i] != 0) == selected)
+            pg_clear_instance(pg, i, final_observations);
 }
 
 /* An optional per-instance uint8/bool buffer argument (None: no selection). */
@@ -701,6 +702,44 @@ static PyObject *pg_batch_step(PgBatchObject *self, PyObject *args) {
     if (have_view) PyBuffer_Release(&view);
     if (have_hold) PyBuffer_Release(&hold);
     return result;
+}
+
+/* repair_actions(errors): the device batches' treatment of bad actions
+ * (pg_repair_actions) over every instance, counting into errors (uint64 [2]),
+ * for the batch whose buffers are torch tensors on the CPU. */
+static PyObject *pg_batch_repair_actions(PgBatchObject *self, PyObject *arg) {
+    if (pg_check_ready(self)) return NULL;
+    Py_buffer view;
+    if (pg_get_buffer(arg, &view, "errors", 'Q', PG_NUM_ACTION_ERRORS, 1) != 0) return NULL;
+    for (int i = 0; i < self->env->pg.num_envs; i++)
+        pg_repair_actions(&self->env->pg, i, (unsigned long long *)view.buf);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
+/* layout(): what the GPU batch needs to mirror this Env in device memory:
+ * {"address", "size"} of the Env struct, "allocations" ((offset, bytes), ...)
+ * of every pg_alloc array, and "buffers" {name: offset of its pointer}. */
+static PyObject *pg_batch_layout(PgBatchObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (pg_check_ready(self)) return NULL;
+    const PgBatch *pg = &self->env->pg;
+    PyObject *allocations = PyTuple_New(pg->num_allocs);
+    for (int a = 0; allocations && a < pg->num_allocs; a++)
+        PyTuple_SET_ITEM(allocations, a, Py_BuildValue("(nn)", (Py_ssize_t)pg->allocs[a].offset,
+                                                       (Py_ssize_t)pg->allocs[a].bytes));
+    return Py_BuildValue(
+        "{s:K,s:n,s:N,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}", "address",
+        (unsigned long long)(uintptr_t)self->env, "size", (Py_ssize_t)sizeof(Env),
+        "allocations", allocations, "buffers",
+        "observations", (Py_ssize_t)offsetof(PgBatch, observations),
+        "final_observations", (Py_ssize_t)offsetof(PgBatch, final_observations),
+        "actions", (Py_ssize_t)offsetof(PgBatch, actions),
+        "rewards", (Py_ssize_t)offsetof(PgBatch, rewards),
+        "terminals", (Py_ssize_t)offsetof(PgBatch, terminals),
+        "truncations", (Py_ssize_t)offsetof(PgBatch, truncations),
+        "masks", (Py_ssize_t)offsetof(PgBatch, masks),
+        "rng", (Py_ssize_t)offsetof(PgBatch, rng),
+        "stats", (Py_ssize_t)offsetof(PgBatch, stats));
 }
 
 /* Returns (episodes, sums, sums_of_squares) reduced in instance order. */
@@ -831,6 +870,10 @@ static PyMethodDef pg_batch_methods[] = {
     {"get_state", (PyCFunction)pg_batch_get_state, METH_VARARGS, "State of one instance."},
     {"set_state", (PyCFunction)pg_batch_set_state, METH_VARARGS, "Overwrite one instance."},
     {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
+    {"repair_actions", (PyCFunction)pg_batch_repair_actions, METH_O,
+     "Repair and count bad actions as the device batches do (errors: uint64 [2])."},
+    {"layout", (PyCFunction)pg_batch_layout, METH_NOARGS,
+     "The Env's address, size, pg_alloc arrays and buffer pointer offsets."},
     {NULL, NULL, 0, NULL}};
 
 static PyGetSetDef pg_batch_getset[] = {
@@ -885,8 +928,7 @@ static PyObject *pg_describe_fn(PyObject *Py_UNUSED(m), PyObject *config_obj) {
         pg->obs_is_uint8 ? "uint8" : "float32", "agents_per_env", pg->agents_per_env,
         "action_kind", kinds[pg->action_kind], "action_dim", pg->action_dim, "action_nvec",
         nvec, "state_size", env_state_size(env));
-    env_free(env);
-    free(env);
+    pg_env_delete(env);
     return out;
 }
 

@@ -14,13 +14,15 @@
 #ifndef PEREGRINE_PG_MATH_H
 #define PEREGRINE_PG_MATH_H
 
+#include "pg_env.h"
+
 #define PG_TWO_OVER_PI 0.636619772367581343f
 #define PG_PIO2_1 1.5703125f
 #define PG_PIO2_2 4.837512969970703125e-4f
 #define PG_PIO2_3 7.54978995489188216e-8f
 #define PG_ROUND_MAGIC 12582912.0f /* 1.5 * 2^23: x + M - M rounds to nearest */
 
-static inline void pg_sincosf(float x, float *sin_out, float *cos_out) {
+PG_DEVICE static inline void pg_sincosf(float x, float *sin_out, float *cos_out) {
     float k = (x * PG_TWO_OVER_PI + PG_ROUND_MAGIC) - PG_ROUND_MAGIC;
     float r = ((x - k * PG_PIO2_1) - k * PG_PIO2_2) - k * PG_PIO2_3;
     float z = r * r;

@@ -30,8 +30,6 @@
 #ifndef PEREGRINE_PENDULUM_H
 #define PEREGRINE_PENDULUM_H
 
-#include <float.h>
-#include <stdlib.h>
 
 #include "pg_env.h"
 #include "pg_math.h"
@@ -68,11 +66,12 @@ typedef struct Env Env;
 #define PENDULUM_INV_TWO_PI 0.159154943091895336f
 
 /* angle - 2 pi round(angle / 2 pi), in [-pi, pi] up to an ulp; branch-free. */
-static inline float pendulum_wrap_angle(float angle) {
+PG_DEVICE static inline float pendulum_wrap_angle(float angle) {
     float k = (angle * PENDULUM_INV_TWO_PI + PG_ROUND_MAGIC) - PG_ROUND_MAGIC;
     return (angle - k * PENDULUM_TWO_PI_HI) - k * PENDULUM_TWO_PI_LO;
 }
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->max_steps = (int)config[0];
     double gravity = config[1], mass = config[2], length = config[3];
@@ -90,25 +89,18 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     pg->action_dim = 1;
 
     size_t n = (size_t)pg->num_envs;
-    env->theta = (float *)calloc(n, sizeof(float));
-    env->theta_dot = (float *)calloc(n, sizeof(float));
-    env->returns = (float *)calloc(n, sizeof(float));
-    env->steps = (int32_t *)calloc(n, sizeof(int32_t));
-    if (!env->theta || !env->theta_dot || !env->returns || !env->steps) {
+    if (PG_ALLOC(env, theta, n) || PG_ALLOC(env, theta_dot, n) || PG_ALLOC(env, returns, n) ||
+        PG_ALLOC(env, steps, n)) {
         snprintf(err, errlen, "out of memory for %zu Pendulum instances", n);
         return -1;
     }
     return 0;
 }
 
-static void env_free(Env *env) {
-    free(env->theta);
-    free(env->theta_dot);
-    free(env->returns);
-    free(env->steps);
-}
+static void env_free(Env *env) { (void)env; /* every array came from PG_ALLOC */ }
+#endif /* host only */
 
-static inline void pendulum_write_obs(const Env *env, float *row, int i) {
+PG_DEVICE static inline void pendulum_write_obs(const Env *env, float *row, int i) {
     float sin_theta, cos_theta;
     pg_sincosf(env->theta[i], &sin_theta, &cos_theta);
     row[0] = cos_theta;
@@ -116,7 +108,7 @@ static inline void pendulum_write_obs(const Env *env, float *row, int i) {
     row[2] = env->theta_dot[i];
 }
 
-static void pendulum_reset_one(Env *env, int i) {
+PG_DEVICE static void pendulum_reset_one(Env *env, int i) {
     uint64_t *rng = &env->pg.rng[i];
     /* draw order: angle, then angular velocity */
     env->theta[i] = pg_uniform_range(rng, -3.14159265358979f, 3.14159265358979f);
@@ -126,18 +118,18 @@ static void pendulum_reset_one(Env *env, int i) {
     pendulum_write_obs(env, (float *)env->pg.observations + 3 * (size_t)i, i);
 }
 
-static void env_reset(Env *env, int start, int end) {
+PG_DEVICE static void env_reset(Env *env, int start, int end) {
     for (int i = start; i < end; i++) pendulum_reset_one(env, i);
 }
 
 /* Pass 1 of a step: dynamics for `count` instances, branch-free, on restrict
  * pointers offset to the first instance and a size_t index, so it becomes
  * SIMD code (see cartpole.h). */
-PG_SIMD_KERNEL static void pendulum_physics(
-    const Env *env, size_t count, const float *restrict actions, float *restrict thetas,
-    float *restrict theta_dots, float *restrict returns, int32_t *restrict steps,
-    float *restrict obs, float *restrict rewards, uint8_t *restrict terminals,
-    uint8_t *restrict truncations) {
+PG_DEVICE PG_SIMD_KERNEL static void pendulum_physics(
+    const Env *env, size_t count, const float *PG_RESTRICT actions, float *PG_RESTRICT thetas,
+    float *PG_RESTRICT theta_dots, float *PG_RESTRICT returns, int32_t *PG_RESTRICT steps,
+    float *PG_RESTRICT obs, float *PG_RESTRICT rewards, uint8_t *PG_RESTRICT terminals,
+    uint8_t *PG_RESTRICT truncations) {
     const float gravity_term = env->gravity_term, torque_term = env->torque_term;
     const float dt = env->dt, max_speed = env->max_speed, max_torque = env->max_torque;
     const int max_steps = env->max_steps;
@@ -176,7 +168,7 @@ PG_SIMD_KERNEL static void pendulum_physics(
     }
 }
 
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     float *obs = (float *)pg->observations;
     uint8_t *terminals = pg->terminals, *truncations = pg->truncations;
@@ -199,19 +191,19 @@ static void env_step(Env *env, int start, int end) {
 /* State per instance: angle (any finite value; stored wrapped to [-pi, pi]),
  * angular velocity (within +-max_speed), steps taken (0 <= steps < max_steps),
  * return so far. */
-static int env_state_size(const Env *env) {
+PG_DEVICE static int env_state_size(const Env *env) {
     (void)env;
     return 4;
 }
 
-static void env_get_state(const Env *env, int i, double *out) {
+PG_DEVICE static void env_get_state(const Env *env, int i, double *out) {
     out[0] = env->theta[i];
     out[1] = env->theta_dot[i];
     out[2] = env->steps[i];
     out[3] = env->returns[i];
 }
 
-static int env_set_state(Env *env, int i, const double *in) {
+PG_DEVICE static int env_set_state(Env *env, int i, const double *in) {
     if (fabs(in[0]) > 1e9 || fabs(in[1]) > env->max_speed || fabs(in[3]) > 1e30) return -1;
     if (in[2] < 0 || in[2] >= env->max_steps || in[2] != (double)(int32_t)in[2]) return -1;
     env->theta[i] = (float)remainder(in[0], 2.0 * 3.14159265358979323846);

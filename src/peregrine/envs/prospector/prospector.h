@@ -24,7 +24,6 @@
 #ifndef PEREGRINE_PROSPECTOR_H
 #define PEREGRINE_PROSPECTOR_H
 
-#include <stdlib.h>
 
 #include "pg_env.h"
 
@@ -131,11 +130,11 @@
     X(out_of_fuel) X(invalid_actions) X(upgrades)
 
 /* Ore spawn odds (ice, iron, cobalt, platinum): cumulative thresholds on u. */
-static const float PR_ORE_CUMULATIVE[PR_ORES - 1] = {0.4f, 0.7f, 0.9f};
+PG_TABLE float PR_ORE_CUMULATIVE[PR_ORES - 1] = {0.4f, 0.7f, 0.9f};
 /* Compass unit vectors for thrust/boost: N, NE, E, SE, S, SW, W, NW. */
 #define PR_DIAG 0.70710677f
-static const float PR_DIR_X[8] = {0.0f, PR_DIAG, 1.0f, PR_DIAG, 0.0f, -PR_DIAG, -1.0f, -PR_DIAG};
-static const float PR_DIR_Y[8] = {1.0f, PR_DIAG, 0.0f, -PR_DIAG, -1.0f, -PR_DIAG, 0.0f, PR_DIAG};
+PG_TABLE float PR_DIR_X[8] = {0.0f, PR_DIAG, 1.0f, PR_DIAG, 0.0f, -PR_DIAG, -1.0f, -PR_DIAG};
+PG_TABLE float PR_DIR_Y[8] = {1.0f, PR_DIAG, 0.0f, -PR_DIAG, -1.0f, -PR_DIAG, 0.0f, PR_DIAG};
 #define PR_CREDIT_OBS_SCALE 0.001f
 #define PR_LEVEL_OBS_SCALE 0.33333334f
 #define PR_STEER_MIN_DIST2 1e-6f
@@ -187,6 +186,7 @@ struct Env {
 };
 typedef struct Env Env;
 
+#ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static float pr_inverse(float value) {
     return value > 0.0f ? 1.0f / value : 0.0f;
 }
@@ -281,49 +281,46 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     pg->action_kind = PG_ACTION_DISCRETE;
     pg->action_dim = 1;
     pg->action_nvec[0] = PR_ACTIONS;
-    env->instances = (PrInstance *)calloc((size_t)pg->num_envs, sizeof(PrInstance));
-    if (!env->instances) {
+    if (PG_ALLOC(env, instances, pg->num_envs)) {
         snprintf(err, errlen, "out of memory for %d Prospector instances", pg->num_envs);
         return -1;
     }
     return 0;
 }
 
-static void env_free(Env *env) {
-    free(env->instances);
-    env->instances = NULL;
-}
+static void env_free(Env *env) { (void)env; /* every array came from PG_ALLOC */ }
+#endif /* host only */
 
 /* ---- small rules shared by reset, step and observation --------------------- */
 
-static inline float pr_capacity(const Env *env, const PrInstance *s) {
+PG_DEVICE static inline float pr_capacity(const Env *env, const PrInstance *s) {
     return env->hold_base + (float)s->hold_level * env->hold_step;
 }
 
-static inline float pr_drill_rate(const Env *env, const PrInstance *s) {
+PG_DEVICE static inline float pr_drill_rate(const Env *env, const PrInstance *s) {
     return env->drill_base + (float)s->drill_level * env->drill_step;
 }
 
-static inline float pr_shield_factor(const Env *env, const PrInstance *s) {
+PG_DEVICE static inline float pr_shield_factor(const Env *env, const PrInstance *s) {
     return 1.0f - env->shield_step * (float)s->shield_level;
 }
 
-static inline float pr_cargo_total(const PrInstance *s) {
+PG_DEVICE static inline float pr_cargo_total(const PrInstance *s) {
     return ((s->cargo[0] + s->cargo[1]) + s->cargo[2]) + s->cargo[3];
 }
 
 /* The hold at the ores' base prices: the potential of the optional shaping. */
-static inline float pr_hold_value(const Env *env, const PrInstance *s) {
+PG_DEVICE static inline float pr_hold_value(const Env *env, const PrInstance *s) {
     return ((s->cargo[0] * env->ore_price[0] + s->cargo[1] * env->ore_price[1]) +
             s->cargo[2] * env->ore_price[2]) + s->cargo[3] * env->ore_price[3];
 }
 
-static inline float pr_upgrade_price(const Env *env, int level) {
+PG_DEVICE static inline float pr_upgrade_price(const Env *env, int level) {
     return env->upgrade_cost * (float)(level + 1);
 }
 
 /* Draws a fresh asteroid: x, y, ore type, ore amount (4 draws). */
-static void pr_spawn_asteroid(const Env *env, PrInstance *s, uint64_t *rng, int i) {
+PG_DEVICE static void pr_spawn_asteroid(const Env *env, PrInstance *s, uint64_t *rng, int i) {
     s->ast_x[i] = pg_uniform_range(rng, 0.0f, env->world);
     s->ast_y[i] = pg_uniform_range(rng, 0.0f, env->world);
     float u = pg_uniform(rng);
@@ -346,18 +343,18 @@ static void pr_spawn_asteroid(const Env *env, PrInstance *s, uint64_t *rng, int 
  * 16-entry table instead of one branchy store per action. */
 
 /* nibble -> its 4 bits as floats, lowest bit first */
-static const float PR_NIBBLE_FLOATS[16][4] = {
+PG_TABLE float PR_NIBBLE_FLOATS[16][4] = {
     {0, 0, 0, 0}, {1, 0, 0, 0}, {0, 1, 0, 0}, {1, 1, 0, 0}, {0, 0, 1, 0}, {1, 0, 1, 0},
     {0, 1, 1, 0}, {1, 1, 1, 0}, {0, 0, 0, 1}, {1, 0, 0, 1}, {0, 1, 0, 1}, {1, 1, 0, 1},
     {0, 0, 1, 1}, {1, 0, 1, 1}, {0, 1, 1, 1}, {1, 1, 1, 1}};
 
-static inline void pr_set_bit(uint64_t *mask, int a, int ok) {
+PG_DEVICE static inline void pr_set_bit(uint64_t *mask, int a, int ok) {
     mask[a >> 6] |= (uint64_t)(ok != 0) << (a & 63);
 }
 
 /* Ors a run of `count` (< 32) validity bits starting at action `first`; with
  * constant arguments the word choice folds away at compile time. */
-static inline void pr_set_bits(uint64_t *mask, int first, uint32_t bits, int count) {
+PG_DEVICE static inline void pr_set_bits(uint64_t *mask, int first, uint32_t bits, int count) {
     uint64_t run = (uint64_t)bits & ((1ull << count) - 1u);
     if (first >= 64) {
         mask[1] |= run << (first - 64);
@@ -367,8 +364,8 @@ static inline void pr_set_bits(uint64_t *mask, int first, uint32_t bits, int cou
     }
 }
 
-PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
-                                              float *restrict row) {
+PG_DEVICE PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
+                                              float *PG_RESTRICT row) {
     const float inv_world = env->inv_world;
     const int docked = s->docked != 0;
     const int flying = !docked;
@@ -547,7 +544,7 @@ PG_SIMD_KERNEL static void prospector_observe(const Env *env, PrInstance *s,
  * multipliers, fuel multiplier, repair multiplier; for each asteroid i: x, y,
  * ore type, ore amount; for each storm m: x, y, vx, vy, radius; then the home
  * station (randint 4). The ship starts docked at home, tanks full. */
-static void prospector_reset_one(Env *env, int i) {
+PG_DEVICE static void prospector_reset_one(Env *env, int i) {
     PrInstance *s = &env->instances[i];
     uint64_t *rng = &env->pg.rng[i];
     memset(s, 0, sizeof(*s));
@@ -582,30 +579,30 @@ static void prospector_reset_one(Env *env, int i) {
     prospector_observe(env, s, (float *)env->pg.observations + (size_t)PR_OBS_DIM * (size_t)i);
 }
 
-static void env_reset(Env *env, int start, int end) {
+PG_DEVICE static void env_reset(Env *env, int start, int end) {
     for (int i = start; i < end; i++) prospector_reset_one(env, i);
 }
 
 /* ---- the step ---------------------------------------------------------------- */
 
-static inline int pr_is_valid(const PrInstance *s, int action) {
+PG_DEVICE static inline int pr_is_valid(const PrInstance *s, int action) {
     return (int)((s->mask[action >> 6] >> (action & 63)) & 1u);
 }
 
 /* Adds accel * (dir_x, dir_y) to the velocity, each component clamped. */
-static inline void pr_push(const Env *env, PrInstance *s, float accel, float dir_x, float dir_y) {
+PG_DEVICE static inline void pr_push(const Env *env, PrInstance *s, float accel, float dir_x, float dir_y) {
     s->vx = pg_clampf(s->vx + accel * dir_x, -env->max_speed, env->max_speed);
     s->vy = pg_clampf(s->vy + accel * dir_y, -env->max_speed, env->max_speed);
 }
 
-static inline void pr_steer(const Env *env, PrInstance *s, float target_x, float target_y) {
+PG_DEVICE static inline void pr_steer(const Env *env, PrInstance *s, float target_x, float target_y) {
     float dx = target_x - s->x, dy = target_y - s->y;
     float dist = sqrtf(dx * dx + dy * dy);
     pr_push(env, s, env->thrust_accel, dx / dist, dy / dist);
     s->fuel -= env->thrust_fuel;
 }
 
-static inline void pr_sell(const Env *env, PrInstance *s, int k) {
+PG_DEVICE static inline void pr_sell(const Env *env, PrInstance *s, int k) {
     int j = s->docked - 1;
     float units = s->cargo[k];
     float price = s->st_price[j][k];
@@ -618,7 +615,7 @@ static inline void pr_sell(const Env *env, PrInstance *s, int k) {
 }
 
 /* Buys up to `wanted` units at `price` each, no more than the credits cover. */
-static inline float pr_buy(PrInstance *s, float wanted, float price) {
+PG_DEVICE static inline float pr_buy(PrInstance *s, float wanted, float price) {
     float amount = wanted;
     if (price > 0.0f) {
         float affordable = s->credits / price;
@@ -629,7 +626,7 @@ static inline float pr_buy(PrInstance *s, float wanted, float price) {
     return amount;
 }
 
-static void pr_apply_action(Env *env, PrInstance *s, int action) {
+PG_DEVICE static void pr_apply_action(Env *env, PrInstance *s, int action) {
     if (action >= PR_A_THRUST && action < PR_A_BOOST) {
         int d = action - PR_A_THRUST;
         pr_push(env, s, env->thrust_accel, PR_DIR_X[d], PR_DIR_Y[d]);
@@ -716,7 +713,7 @@ static void pr_apply_action(Env *env, PrInstance *s, int action) {
 }
 
 /* Moves a storm in a straight line; it bounces off the walls. */
-static inline void pr_move_storm(const Env *env, float *pos, float *vel) {
+PG_DEVICE static inline void pr_move_storm(const Env *env, float *pos, float *vel) {
     *pos += *vel;
     if (*pos < 0.0f) {
         *pos = 0.0f;
@@ -728,7 +725,7 @@ static inline void pr_move_storm(const Env *env, float *pos, float *vel) {
 }
 
 /* One step of one instance; returns 1 if it ended (terminal or truncated). */
-static inline int prospector_step_one(Env *env, PrInstance *s, uint64_t *rng, int action,
+PG_DEVICE static inline int prospector_step_one(Env *env, PrInstance *s, uint64_t *rng, int action,
                                        float *reward, uint8_t *terminal, uint8_t *truncation) {
     const float credits_before = s->credits;
     const float hold_before = pr_hold_value(env, s);
@@ -826,7 +823,7 @@ static inline int prospector_step_one(Env *env, PrInstance *s, uint64_t *rng, in
     return is_terminal | is_truncated;
 }
 
-static void env_step(Env *env, int start, int end) {
+PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     const int32_t *actions = (const int32_t *)pg->actions;
     float *obs = (float *)pg->observations;
@@ -865,12 +862,12 @@ static void env_step(Env *env, int start, int end) {
  * storms, 3 x: x y vx vy radius                                          (15)   = 157 */
 #define PR_STATE_SIZE 157
 
-static int env_state_size(const Env *env) {
+PG_DEVICE static int env_state_size(const Env *env) {
     (void)env;
     return PR_STATE_SIZE;
 }
 
-static void env_get_state(const Env *env, int i, double *out) {
+PG_DEVICE static void env_get_state(const Env *env, int i, double *out) {
     const PrInstance *s = &env->instances[i];
     int n = 0;
     const float ship[7] = {s->x, s->y, s->vx, s->vy, s->fuel, s->hull, s->credits};
@@ -910,15 +907,15 @@ static void env_get_state(const Env *env, int i, double *out) {
 }
 
 /* Range checks that keep every later step finite and in bounds. */
-static int pr_in(double v, double lo, double hi) {
+PG_DEVICE static int pr_in(double v, double lo, double hi) {
     return v >= lo && v <= hi;
 }
 
-static int pr_int_in(double v, int lo, int hi) {
+PG_DEVICE static int pr_int_in(double v, int lo, int hi) {
     return pr_in(v, lo, hi) && v == floor(v);
 }
 
-static int env_set_state(Env *env, int i, const double *in) {
+PG_DEVICE static int env_set_state(Env *env, int i, const double *in) {
     const double big = 1e30, world = env->world;
     /* validate everything first: a refused state changes nothing */
     int ok = 1;

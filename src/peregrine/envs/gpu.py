@@ -1,0 +1,162 @@
+"""Compiling the env headers for the GPU with NVRTC, and the CUDA kernels.
+
+An env's rules live once, in its C header. The CPU batch is that header built
+by the C compiler (binding.h); the GPU batch is the *same header* built here by
+NVRTC, with `native/pg_gpu.h` adding two kernels (step, reset) that run one
+GPU thread per instance. NVRTC ships as a pip wheel and needs no GPU to
+compile, so `compile_env(name, "ptx")` runs anywhere the `cuda` extra is
+installed: the test suite and `peregrine envs --gpu-check` use it to keep every
+header compiling for the GPU.
+
+Why NVIDIA's `cuda-bindings` (the `cuda` extra: `pip install peregrine-rl[cuda]`):
+it is NVIDIA's own thin binding of NVRTC and the driver API, versioned with the
+CUDA toolkit, and it needs nothing else (CuPy would bring a second array
+library beside torch). NVRTC comes from the `nvidia-cuda-nvrtc` wheel.
+
+Bit-identity with the CPU build: no fused multiply-adds (`--fmad=false`, as the
+CPU build's `-ffp-contract=off`), IEEE division and square root
+(`--prec-div=true --prec-sqrt=true`), denormals kept (`--ftz=false`); the
+headers use only correctly rounded operations and `pg_math.h`.
+
+Compiled code is cached per (env, target architecture, NVRTC version, hash of
+every header and the options) in `$PEREGRINE_CACHE` or
+`~/.cache/peregrine/cuda`.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+
+ENVS_DIR = Path(__file__).resolve().parent
+NATIVE_DIR = ENVS_DIR / "native"
+OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "-std=c++17")
+# An architecture every NVRTC of CUDA 12 and 13 accepts, for the GPU-less check.
+CHECK_ARCH = "compute_90"
+
+INSTALL_HINT = ("the GPU path needs NVIDIA's NVRTC and driver bindings: "
+                "pip install 'peregrine-rl[cuda]' (cuda-bindings and nvidia-cuda-nvrtc)")
+
+
+class GpuCompileError(RuntimeError):
+    """NVRTC refused an env header; the message holds the compiler's log."""
+
+
+def _nvrtc():
+    try:
+        from cuda.bindings import nvrtc
+    except ImportError as error:
+        raise ImportError(INSTALL_HINT) from error
+    return nvrtc
+
+
+def _check(result, what: str):
+    """cuda-bindings return (status, *values): raise on a non-success status."""
+    status, *values = result if isinstance(result, tuple) else (result,)
+    if int(status) != 0:
+        raise RuntimeError(f"{what} failed: {status!r}")
+    return values[0] if len(values) == 1 else values
+
+
+def nvrtc_version() -> tuple[int, int]:
+    return tuple(_check(_nvrtc().nvrtcVersion(), "nvrtcVersion"))
+
+
+def header_path(name: str) -> Path:
+    """The env's header: src/peregrine/envs/NAME/NAME.h."""
+    path = ENVS_DIR / name / f"{name}.h"
+    if not path.exists():
+        raise ValueError(f"no C header for env {name!r} at {path.name}")
+    return path
+
+
+def kernel_source(name: str) -> str:
+    """The whole GPU translation unit: the env header, then the kernels."""
+    return f'#include "{name}.h"\n#include "pg_gpu.h"\n'
+
+
+def _include_dirs(name: str) -> list[Path]:
+    # Like setup.py: the env's own folder, the shared native folder, and the envs
+    # folder for headers one env borrows from another ("../mountain_car/...").
+    return [ENVS_DIR / name, NATIVE_DIR, ENVS_DIR]
+
+
+def source_digest(name: str, arch: str) -> str:
+    """Hash of everything the compiled code depends on."""
+    digest = hashlib.sha256()
+    digest.update(kernel_source(name).encode())
+    digest.update(" ".join((arch, *OPTIONS)).encode())
+    digest.update(repr(nvrtc_version()).encode())
+    for header in sorted(ENVS_DIR.rglob("*.h")):
+        digest.update(header.relative_to(ENVS_DIR).as_posix().encode())
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def compile_env(name: str, target: str = "ptx", arch: str = CHECK_ARCH) -> bytes:
+    """Compiles env `name`'s header and the kernels with NVRTC.
+
+    target: "ptx" (any `compute_XY` or `sm_XY` arch; needs no GPU) or "cubin"
+    (an `sm_XY` arch). Raises GpuCompileError with NVRTC's log on failure.
+    """
+    if target not in ("ptx", "cubin"):
+        raise ValueError(f"target must be 'ptx' or 'cubin', got {target!r}")
+    header_path(name)
+    nvrtc = _nvrtc()
+    program = _check(nvrtc.nvrtcCreateProgram(kernel_source(name).encode(),
+                                              f"{name}_gpu.cu".encode(), 0, [], []),
+                     "nvrtcCreateProgram")
+    try:
+        options = [f"--gpu-architecture={arch}", *OPTIONS,
+                   *(f"--include-path={path}" for path in _include_dirs(name))]
+        status, = nvrtc.nvrtcCompileProgram(program, len(options),
+                                            [o.encode() for o in options])
+        log_size = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
+        log = b" " * log_size
+        _check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
+        log_text = log.rstrip(b"\x00 ").decode(errors="replace").strip()
+        if int(status) != 0:
+            raise GpuCompileError(f"NVRTC could not compile the {name} header for the GPU "
+                                  f"({arch}):\n{log_text}")
+        if target == "ptx":
+            size = _check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
+            code = b" " * size
+            _check(nvrtc.nvrtcGetPTX(program, code), "nvrtcGetPTX")
+        else:
+            size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
+            code = b" " * size
+            _check(nvrtc.nvrtcGetCUBIN(program, code), "nvrtcGetCUBIN")
+        return code
+    finally:
+        nvrtc.nvrtcDestroyProgram(program)
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("PEREGRINE_CACHE")
+    return Path(root) if root else Path.home() / ".cache" / "peregrine" / "cuda"
+
+
+def cached_cubin(name: str, arch: str) -> bytes:
+    """compile_env(name, "cubin", arch), from the cache when it was built before."""
+    path = cache_dir() / f"{name}-{arch}-{source_digest(name, arch)}.cubin"
+    if path.exists():
+        return path.read_bytes()
+    code = compile_env(name, "cubin", arch)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_suffix(f".tmp{os.getpid()}")
+    temporary.write_bytes(code)
+    os.replace(temporary, path)          # atomic: a concurrent reader sees all or nothing
+    return code
+
+
+def check_all(names=None) -> dict[str, str | None]:
+    """Compiles every (or the named) native env to PTX: {name: None | error}."""
+    from ..registry import list_envs
+    results = {}
+    for name in names or list_envs():
+        try:
+            compile_env(name, "ptx")
+            results[name] = None
+        except GpuCompileError as error:
+            results[name] = str(error)
+    return results
