@@ -22,7 +22,7 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".peregrine-install-stamp"
 TORCH = "torch==2.13.0"
-EXTRAS = "train,test,pettingzoo"
+EXTRAS = "train,test,pettingzoo,cuda"  # cuda: NVRTC, so the tests compile every env for the GPU
 
 COMMANDS = {
     "train": ["-m", "peregrine.cli", "train", "cartpole", "--monitor"],

@@ -44,13 +44,24 @@ def env_class(name: str):
     return getattr(importlib.import_module(module_name), class_name)
 
 
-def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1, **config):
+def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
+         device=None, **config):
     """Creates a batch of `num_envs` instances of env `name`.
 
     Keyword arguments beyond the ones shown are the env's config fields (see
     `peregrine envs`), plus `preset=` and `buffers=` where supported.
+
+    device: None (default) for the C batch on NumPy buffers; "cuda", "cuda:N"
+    or "cpu" for the same env with torch-tensor buffers on that device
+    (`peregrine.envs.device.DeviceEnv`: on CUDA the env's header runs one GPU
+    thread per instance).
     """
-    return env_class(name)(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
+    cls = env_class(name)
+    if device is None:
+        return cls(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
+    from .envs.device import DeviceEnv
+    return DeviceEnv(cls, num_envs=num_envs, seed=seed, device=device,
+                     num_threads=num_threads, **config)
 
 
 def list_envs() -> list[str]:

@@ -1,4 +1,9 @@
-"""`peregrine envs`: every registered env with its spaces and agents per env."""
+"""`peregrine envs`: every registered env with its spaces and agents per env.
+
+`peregrine envs [NAME] --gpu-check` compiles the env headers for the GPU with
+NVRTC (to PTX; no GPU needed) and exits non-zero, naming the env and printing
+the compiler's message, if any header does not compile.
+"""
 from __future__ import annotations
 
 import json
@@ -25,10 +30,32 @@ def describe(name: str) -> dict:
 def add_arguments(parser):
     parser.add_argument("name", nargs="?", help="show one env in full (config fields too)")
     parser.add_argument("--json", action="store_true", help="machine-readable output")
+    parser.add_argument("--gpu-check", action="store_true",
+                        help="compile the env headers for the GPU with NVRTC (no GPU needed)")
+
+
+def gpu_check(names) -> int:
+    import sys
+
+    from . import gpu
+    try:
+        results = gpu.check_all(names)
+    except ImportError as error:
+        print(f"peregrine envs --gpu-check: {error}", file=sys.stderr)
+        return 2
+    for name, error in results.items():
+        if error is None:
+            print(f"{name}: compiles for the GPU (NVRTC {'.'.join(map(str, gpu.nvrtc_version()))}, "
+                  f"{gpu.CHECK_ARCH})")
+        else:
+            print(f"{name}: FAILED\n{error}", file=sys.stderr)
+    return 1 if any(results.values()) else 0
 
 
 def run(args) -> int:
     names = [args.name] if args.name else list_envs()
+    if args.gpu_check:
+        return gpu_check(names)
     rows = [describe(n) for n in names]
     if args.json:
         print(json.dumps(rows, indent=2))
