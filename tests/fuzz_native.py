@@ -110,6 +110,25 @@ def fuzz_binding(name):
                 pass
             else:
                 raise AssertionError(f"seed accepted {seed!r}")
+    for wrong in (np.zeros(1, np.uint64), np.zeros(2, np.int64)[:1], np.zeros(2, np.float64),
+                  np.zeros(4, np.uint32), b"0123456789abcdef", np.zeros(3, np.uint64)):
+        try:
+            batch.repair_actions(wrong)
+        except ValueError:
+            pass
+        else:
+            raise AssertionError("repair_actions accepted a wrong errors buffer")
+    errors = np.zeros(2, np.uint64)
+    hostile = np.full(env.actions.shape, -7 if env.actions.dtype == np.int32 else np.nan,
+                      env.actions.dtype)
+    env.actions[...] = hostile
+    batch.repair_actions(errors)     # repairs in place: the step then accepts them
+    batch.step()
+    if not errors.any():
+        raise AssertionError("repair_actions counted nothing")
+    layout = batch.layout()
+    if layout["size"] <= 0 or not layout["allocations"]:
+        raise AssertionError(f"layout describes no Env: {layout}")
     env.close()
     try:
         batch.step()
