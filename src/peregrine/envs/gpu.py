@@ -112,21 +112,23 @@ def compile_env(name: str, target: str = "ptx", arch: str = CHECK_ARCH) -> bytes
         status, = nvrtc.nvrtcCompileProgram(program, len(options),
                                             [o.encode() for o in options])
         log_size = _check(nvrtc.nvrtcGetProgramLogSize(program), "nvrtcGetProgramLogSize")
-        log = b" " * log_size
+        # NVRTC writes into the buffers it is given: a fresh bytearray each time (a
+        # bytes object such as b" " * 1 may be the interpreter's shared singleton).
+        log = bytearray(log_size)
         _check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
-        log_text = log.rstrip(b"\x00 ").decode(errors="replace").strip()
+        log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace").strip()
         if int(status) != 0:
             raise GpuCompileError(f"NVRTC could not compile the {name} header for the GPU "
                                   f"({arch}):\n{log_text}")
         if target == "ptx":
             size = _check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
-            code = b" " * size
+            code = bytearray(size)
             _check(nvrtc.nvrtcGetPTX(program, code), "nvrtcGetPTX")
         else:
             size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
-            code = b" " * size
+            code = bytearray(size)
             _check(nvrtc.nvrtcGetCUBIN(program, code), "nvrtcGetCUBIN")
-        return code
+        return bytes(code)
     finally:
         nvrtc.nvrtcDestroyProgram(program)
 
