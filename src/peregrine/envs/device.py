@@ -85,13 +85,14 @@ class _HostArrays:
 class _CpuKernels:
     """device="cpu": the C batch steps the tensors' memory directly."""
 
-    def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers):
+    def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers, errors):
         self.host = host
+        self.errors = errors.numpy().view(np.uint64)     # the same memory as the tensor
         stats = arrays.by_offset(arrays.buffer_offsets["stats"])
         self.stats_rows = torch.from_numpy(stats.view(np.float64))
 
-    def step(self, errors) -> None:
-        self.host._batch.repair_actions(errors.numpy().view(np.uint64))
+    def step(self) -> None:
+        self.host._batch.repair_actions(self.errors)
         self.host._batch.step()
 
     def reset(self, seed: int | None) -> None:
@@ -117,12 +118,12 @@ class _CudaKernels:
     mirror that get_state/set_state go through.
     """
 
-    def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers):
+    def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers, errors):
         from cuda.bindings import driver
 
         from . import gpu
         self.torch, self.driver, self.host, self.arrays = torch, driver, host, arrays
-        self.buffers = buffers
+        self.buffers, self.errors = buffers, errors
         device = buffers["observations"].device
         self.device = device
         major, minor = torch.cuda.get_device_capability(device)
@@ -180,9 +181,9 @@ class _CudaKernels:
             kernel, self.blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0,
             self.driver.CUstream(stream), (values, types), 0), "cuLaunchKernel")
 
-    def step(self, errors) -> None:
+    def step(self) -> None:
         self._launch(self.step_kernel, (self.env_struct.data_ptr(), ctypes.c_void_p),
-                     (errors.data_ptr(), ctypes.c_void_p))
+                     (self.errors.data_ptr(), ctypes.c_void_p))
 
     def reset(self, seed: int | None) -> None:
         self._launch(self.reset_kernel, (self.env_struct.data_ptr(), ctypes.c_void_p),
@@ -251,9 +252,9 @@ class DeviceEnv:
         self.buffers = buffers
         for name in BUFFER_NAMES:
             setattr(self, name, buffers[name])
-        self._kernels = kernels(host, arrays, torch, buffers)
         self.action_errors = torch.zeros(len(ACTION_ERRORS), dtype=torch.int64,
                                          device=self.device)
+        self._kernels = kernels(host, arrays, torch, buffers, self.action_errors)
         self._action_dtype = buffers["actions"].dtype
         self._action_shape = tuple(buffers["actions"].shape)
         self.reset(seed)
@@ -281,7 +282,7 @@ class DeviceEnv:
                     or tuple(actions.shape) != self._action_shape):
                 self._refuse_actions(actions)
             self.actions.copy_(actions)
-        self._kernels.step(self.action_errors)
+        self._kernels.step()
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def _refuse_actions(self, actions):
@@ -341,8 +342,20 @@ class DeviceEnv:
 
     def set_state(self, instance: int, state) -> None:
         """Overwrites one instance's state; its observation rows are rewritten."""
+        self.set_states({instance: state})
+
+    def get_states(self) -> np.ndarray:
+        """Every instance's state, [num_envs, state_size] float64 (one transfer)."""
         self._kernels.pull()
-        self.host.set_state(instance, state)
+        return np.stack([self.host.get_state(i) for i in range(self.num_envs)])
+
+    def set_states(self, states) -> None:
+        """Overwrites instances' states: `states` is [num_envs, state_size], or a
+        mapping {instance: state}; one transfer each way."""
+        items = states.items() if isinstance(states, dict) else enumerate(states)
+        self._kernels.pull()
+        for instance, state in items:
+            self.host.set_state(instance, state)
         self._kernels.push()
 
     # ---- lifetime -------------------------------------------------------------

@@ -34,6 +34,8 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 @dataclass
 class VecConfig:
     backend: str = "native"          # native | serial | multiprocessing (peregrine.vector)
+    #                                  | device: the native env on train.device, torch buffers
+    #                                  (a GPU env on cuda; no host copy in the rollout)
     num_envs: int = 16               # env instances; rows = num_envs * agents_per_env
     num_threads: int = 1             # C step threads inside one native batch
     num_workers: int = 1             # worker processes (peregrine.vector backends)
@@ -59,6 +61,8 @@ class TrainConfig:
     target_kl: float = 0.0           # > 0: stop an update's epochs once approx KL exceeds it
     adam_eps: float = 1e-5
     device: str = "cpu"              # cpu | cuda | auto
+    precision: str = "fp32"          # fp32 | bf16: autocast of the policy's forward/backward
+    #                                  (weights, optimizer state and losses stay fp32)
     torch_threads: int = 1           # torch.set_num_threads; env threads are vec.num_threads.
     #                                  > 1 pays off only with idle cores (see benchmarks/RESULTS.md)
     deterministic: bool = True       # torch.use_deterministic_algorithms (cheap on CPU)
@@ -97,8 +101,9 @@ class PolicyConfig:
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
 CHOICES = {
-    ("vec", "backend"): ("native", "serial", "multiprocessing"),
+    ("vec", "backend"): ("native", "serial", "multiprocessing", "device"),
     ("train", "device"): ("cpu", "cuda", "auto"),
+    ("train", "precision"): ("fp32", "bf16"),
     ("train", "dist_backend"): ("auto", "gloo", "nccl"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),

@@ -17,6 +17,7 @@ streams, and the run continues bit for bit as if never stopped. Envs without
 from __future__ import annotations
 
 import importlib.util
+import time
 
 import numpy as np
 import torch
@@ -24,11 +25,16 @@ import torch
 MASK64 = (1 << 64) - 1
 
 
-def make_env(config, seed: int | None = None):
-    """The batch described by `config.env` and `config.vec`."""
+def make_env(config, seed: int | None = None, device=None):
+    """The batch described by `config.env` and `config.vec`; `device` is the trainer's
+    (vec.backend = "device" puts the env there, with torch-tensor buffers)."""
     vec = config.vec
     seed = config.train.seed if seed is None else seed
     kwargs = config.env_kwargs
+    if vec.backend == "device":
+        from ..registry import make
+        return make(config.env_name, num_envs=vec.num_envs, seed=seed,
+                    num_threads=vec.num_threads, device=device or "cpu", **kwargs)
     if importlib.util.find_spec("peregrine.vector") is not None:
         from .. import vector
         if hasattr(vector, "make"):
@@ -72,6 +78,8 @@ def snapshot(env) -> torch.Tensor | None:
     """Every instance's state as a float64 tensor [num_envs, state_size], or None."""
     if not supports_exact_resume(env):
         return None
+    if hasattr(env, "get_states"):       # device batches: one transfer, not one per instance
+        return torch.from_numpy(env.get_states())
     return torch.from_numpy(np.stack([np.asarray(env.get_state(i), np.float64)
                                       for i in range(env.num_envs)]))
 
@@ -81,6 +89,9 @@ def restore(env, states: torch.Tensor) -> None:
     if states.shape[0] != env.num_envs:
         raise ValueError(f"checkpoint has env state for {states.shape[0]} instances but the "
                          f"env has num_envs={env.num_envs}")
+    if hasattr(env, "set_states"):
+        env.set_states(states)
+        return
     for i in range(env.num_envs):
         env.set_state(i, states[i])
 
@@ -116,17 +127,23 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
 
 
 class ActionBuffer:
-    """The host array `env.step` receives, written through a zero-copy torch view.
+    """What `env.step` receives, written from the policy's actions.
 
-    Box actions are clipped to the space's bounds on the way in (the rollout
-    storage keeps the unclipped sample, whose log-prob the loss replays);
-    other spaces are copied as they are.
+    A host batch gets a NumPy array written through a zero-copy torch view; a device
+    batch (`target` = its own `actions` tensor) is written in place on the device,
+    and `env.step(array)` then steps on it with no copy and no host sync. Box
+    actions are clipped to the space's bounds on the way in (the rollout storage
+    keeps the unclipped sample, whose log-prob the loss replays); other spaces are
+    copied as they are.
     """
 
-    def __init__(self, action_space, rows: int, device):
+    def __init__(self, action_space, rows: int, device, target: torch.Tensor | None = None):
         from gymnasium import spaces
-        self.array = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
-        self.view = torch.from_numpy(self.array)
+        if target is None:
+            self.array = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
+            self.view = torch.from_numpy(self.array)
+        else:
+            self.array = self.view = target
         self.write = self.view.copy_
         if isinstance(action_space, spaces.Box):
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
@@ -135,3 +152,41 @@ class ActionBuffer:
 
     def _write_clipped(self, actions: torch.Tensor) -> None:
         self.view.copy_(torch.maximum(torch.minimum(actions, self.high), self.low))
+
+
+class StepClock:
+    """Seconds spent in `env.step` during one rollout. A host batch is timed with
+    the wall clock; a CUDA batch's step returns before the kernel has run, so it
+    is timed with CUDA events, read once at the end of the rollout (one sync,
+    outside the step loop)."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+        self.total = 0.0
+        self.events: list = []
+        self._tick = 0.0
+
+    def restart(self) -> None:
+        self.total, self.events = 0.0, []
+
+    def start(self) -> None:
+        if self.cuda:
+            self.events.append(torch.cuda.Event(enable_timing=True))
+            self.events[-1].record()
+        else:
+            self._tick = time.perf_counter()
+
+    def stop(self) -> None:
+        if self.cuda:
+            self.events.append(torch.cuda.Event(enable_timing=True))
+            self.events[-1].record()
+        else:
+            self.total += time.perf_counter() - self._tick
+
+    def seconds(self) -> float:
+        if self.cuda and self.events:
+            self.events[-1].synchronize()
+            self.total = sum(begin.elapsed_time(end) for begin, end
+                             in zip(self.events[::2], self.events[1::2])) / 1000.0
+            self.events = []
+        return self.total

@@ -143,17 +143,17 @@ class ObservationPipeline:
         """The policy input of the env's current observations."""
         return self.policy_input(self.obs_view)
 
-    def truncated_rows(self):
-        """Rows cut by truncation (not also terminal) on the last step, as a host index
-        tensor, or None when there are none."""
+    def bootstrap(self, storage, step: int, value, gamma: float) -> None:
+        """rewards += gamma * V(final observation) on the rows the last step cut by
+        truncation (not also terminal). `value(inputs, rows)` evaluates the critic on
+        the policy inputs of those rows (a device index tensor)."""
         truncations = self._truncations_np
         if not truncations.any():
-            return None
-        return torch.from_numpy(np.flatnonzero(truncations & ~self._terminals_np))
-
-    def final_input(self, rows: torch.Tensor) -> torch.Tensor:
-        """The policy input of the observations `rows` were cut on."""
-        return self.policy_input(self.final_obs_view[rows])
+            return
+        rows = torch.from_numpy(np.flatnonzero(truncations & ~self._terminals_np))
+        final = self.policy_input(self.final_obs_view[rows])
+        rows = rows.to(self.device)
+        storage.rewards[step].index_add_(0, rows, gamma * value(final, rows))
 
     # ---- checkpoints ------------------------------------------------------------------
     def state_dict(self) -> dict:
@@ -170,3 +170,73 @@ class ObservationPipeline:
                 raise ValueError(f"checkpoint has no {name} statistics but this run has "
                                  f"train.{key} on; keep the run's config when resuming")
             normaliser.load_state_dict(state[name])
+
+
+class DeviceObservationPipeline:
+    """The pipeline for a device batch (vec.backend = "device"): the env's buffers
+    are already tensors on the trainer's device, so every per-step write is a
+    device op on them, and nothing reads them on the host during a rollout (no
+    `.item()`, `.any()`, boolean indexing or copies to NumPy). Truncated rows are
+    bootstrapped with a mask instead of an index list. The interface is
+    ObservationPipeline's.
+
+    Not available here yet: train.normalize_obs / normalize_reward, whose running
+    statistics are float64 NumPy on the host.
+    """
+
+    def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
+        if train_config.normalize_obs or train_config.normalize_reward:
+            raise ValueError("train.normalize_obs and train.normalize_reward are not available "
+                             "with vec.backend = 'device' (their statistics live on the host); "
+                             "turn them off or use vec.backend = 'native'")
+        if env.observations.device != device:
+            raise ValueError(f"the env's buffers are on {env.observations.device} but the "
+                             f"trainer runs on {device}; make them agree")
+        self.env, self.device, self.mask_slice = env, device, mask_slice
+        self.obs_view, self.final_obs_view = env.observations, env.final_observations
+        self.rewards, self.terminals = env.rewards, env.terminals
+        self.truncations, self.masks = env.truncations, env.masks
+        self._cut = torch.zeros_like(self.truncations)
+        self._observers = [self._write_observation, self._write_live]
+        if mask_slice is not None:
+            self._observers.append(self._write_action_mask)
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        return self.obs_view.dtype
+
+    def observe(self, storage, step: int) -> None:
+        for write in self._observers:
+            write(storage, step)
+
+    def _write_observation(self, storage, step: int) -> None:
+        storage.obs[step].copy_(self.obs_view)
+
+    def _write_live(self, storage, step: int) -> None:
+        storage.live[step].copy_(self.masks)
+
+    def _write_action_mask(self, storage, step: int) -> None:
+        torch.gt(self.obs_view[:, self.mask_slice], 0.5, out=storage.action_mask[step])
+
+    def receive(self, storage, step: int, next_obs, rewards, terminals, truncations) -> None:
+        torch.logical_or(terminals, truncations, out=storage.dones[step])
+        storage.rewards[step].copy_(rewards)
+
+    def policy_input(self, raw: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        return raw if out is None else out.copy_(raw)
+
+    def current(self) -> torch.Tensor:
+        return self.obs_view
+
+    def bootstrap(self, storage, step: int, value, gamma: float) -> None:
+        """rewards += gamma * V(final observation) on rows cut by truncation only,
+        computed for every row and masked (no host sync)."""
+        torch.logical_and(self.truncations, torch.logical_not(self.terminals), out=self._cut)
+        values = value(self.final_obs_view, None)
+        storage.rewards[step].addcmul_(values, self._cut, value=gamma)
+
+    def state_dict(self) -> dict:
+        return {"obs_normalizer": None, "reward_scaler": None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to restore (no normalisers on this path)."""

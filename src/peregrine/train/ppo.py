@@ -16,8 +16,20 @@ The parts, each in its own module and chosen once at construction:
 * `kickstart.Kickstarter`: the teacher's labels and its loss term;
 * `advantages.compute_gae` and `loss.ppo_loss` (statistics as `LossStats`).
 
+Two env paths, chosen once at construction (the other parts are the same):
+* a host batch (NumPy buffers: native, serial, multiprocessing):
+  `ObservationPipeline` reads zero-copy views of its arrays and actions reach
+  it through a preallocated NumPy array;
+* a device batch (`vec.backend = "device"`: the native env's header on
+  `train.device`, torch buffers; a GPU env on CUDA): `DeviceObservationPipeline`
+  and the env's own `actions` tensor, with no host synchronisation in the
+  rollout (truncated rows are bootstrapped with a mask, episode statistics are
+  read once per update; `tests/test_train_device.py` enforces it).
+`train.precision = "bf16"` runs every policy forward (rollout and learning)
+under autocast; weights, optimizer state, stored values and losses stay fp32.
+
 Memory: nothing is copied per step beyond the observation row block into
-storage; actions reach the env through a preallocated NumPy array.
+storage.
 
 Correctness points worth naming:
 * Terminals and truncations stay apart. A truncated row's reward is
@@ -38,6 +50,7 @@ Correctness points worth naming:
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import time
@@ -49,7 +62,7 @@ from . import environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
-from .observations import ObservationPipeline
+from .observations import DeviceObservationPipeline, ObservationPipeline
 from .policy import Policy, describe_space
 from .storage import RolloutStorage
 
@@ -61,6 +74,14 @@ def resolve_device(name: str) -> torch.device:
         raise ValueError("train.device = 'cuda' but no CUDA device is available; use 'cpu' "
                          "or 'auto'")
     return torch.device(name)
+
+
+def precision_context(precision: str, device: torch.device):
+    """The autocast context of the policy's forward passes: bf16 matmuls with fp32
+    weights, optimizer state and losses ("bf16"), or a no-op ("fp32")."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
 def _no_state(step, state, starts) -> None:
@@ -113,7 +134,8 @@ class Trainer:
             torch_startup.use_deterministic_algorithms()
         torch.manual_seed(t.seed)
         self.owns_env = env is None
-        self.env = environment.make_env(config, self._env_seed(t.seed)) if env is None else env
+        self.env = environment.make_env(config, self._env_seed(t.seed), self.device) \
+            if env is None else env
         try:
             self._setup(config, teacher)
         except BaseException:
@@ -142,10 +164,15 @@ class Trainer:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
 
+        # A device batch (tensor buffers) and a host batch differ in two parts, chosen here.
+        on_device = isinstance(observations, torch.Tensor)
         mask_slice = environment.action_mask_slice(env, config.env_name, p.action_mask)
-        self.pipeline = ObservationPipeline(env, observations, device, policy.obs_dim, t,
-                                            mask_slice)
-        self.env_actions = environment.ActionBuffer(action_space, rows, device)
+        pipeline = DeviceObservationPipeline if on_device else ObservationPipeline
+        self.pipeline = pipeline(env, observations, device, policy.obs_dim, t, mask_slice)
+        self.env_actions = environment.ActionBuffer(
+            action_space, rows, device, target=env.actions if on_device else None)
+        self.env_clock = environment.StepClock(device if on_device else torch.device("cpu"))
+        self.autocast = precision_context(t.precision, device)
         if teacher is None:
             teacher = t.teacher or None     # "" = no teacher
         self.kickstarter = None if teacher is None else Kickstarter(teacher, config, env)
@@ -226,25 +253,27 @@ class Trainer:
         `env.step`."""
         policy, storage, pipeline, env = self.policy, self.storage, self.pipeline, self.env
         observe, remember = self._observer(), self._remember
-        actions_np = self.env_actions.array
-        env_seconds = 0.0
+        actions_np, clock = self.env_actions.array, self.env_clock
         state, starts = self.lstm_state, self.next_starts
+        clock.restart()
         for step in range(self.horizon):
             observe(step)                     # policy input, live rows, masks, teacher labels
             remember(step, state, starts)     # recurrent: episode starts, segment states
-            params, values, state = policy.heads(storage.obs[step], state, starts)
-            actions, logprobs = policy.sample(params, self.generator, storage.step_mask(step))
+            with self.autocast:
+                params, values, state = policy.heads(storage.obs[step], state, starts)
+            actions, logprobs = policy.sample(params.float(), self.generator,
+                                              storage.step_mask(step))
             storage.record(step, actions, logprobs, values)
             self.env_actions.write(actions)
-            tick = time.perf_counter()
+            clock.start()
             next_obs, rewards, terminals, truncations, _infos = env.step(actions_np)
-            env_seconds += time.perf_counter() - tick
+            clock.stop()
             pipeline.receive(storage, step, next_obs, rewards, terminals, truncations)
             self._bootstrap_truncated(step, state)
             starts = storage.dones[step]
         self.lstm_state = state
         self.next_starts = starts.clone()
-        return env_seconds
+        return clock.seconds()
 
     def _observer(self):
         """This rollout's per-step writer of the current observation's columns: the
@@ -262,21 +291,21 @@ class Trainer:
     def _bootstrap_truncated(self, step: int, state) -> None:
         """Adds gamma * V(final observation) to the reward of rows cut by truncation (a
         row flagged both ways ended for real and gets no bootstrap)."""
-        rows = self.pipeline.truncated_rows()
-        if rows is None:
-            return
-        final = self.pipeline.final_input(rows)
-        rows = rows.to(self.device)
-        if state is not None:
-            state = (state[0][rows], state[1][rows])
-        values = self.policy.value(final, state, torch.zeros_like(rows, dtype=torch.bool))
-        self.storage.rewards[step].index_add_(0, rows, self.config.train.gamma * values)
+        def value(inputs, rows):          # rows: an index tensor, or None for every row
+            rows_state = state if state is None or rows is None else \
+                (state[0][rows], state[1][rows])
+            no_starts = torch.zeros(inputs.shape[0], dtype=torch.bool, device=self.device)
+            with self.autocast:
+                return self.policy.value(inputs, rows_state, no_starts).float()
+        self.pipeline.bootstrap(self.storage, step, value, self.config.train.gamma)
 
     @torch.no_grad()
     def advantages(self) -> None:
         """GAE and returns for the collected rollout, into the storage."""
         t, storage = self.config.train, self.storage
-        last_value = self.policy.value(self.pipeline.current(), self.lstm_state, self.next_starts)
+        with self.autocast:
+            last_value = self.policy.value(self.pipeline.current(), self.lstm_state,
+                                           self.next_starts).float()
         compute_gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
                     t.gae_lambda, out=storage.advantages)
         torch.add(storage.advantages, storage.values, out=storage.returns)
@@ -328,8 +357,13 @@ class Trainer:
                                  teacher=self.teacher_weight() > 0)
 
     def evaluate(self, batch, entropy: bool = True):
-        """The policy's `loss.Evaluation` of a minibatch."""
-        return self._evaluate(self.policy, batch, entropy)
+        """The policy's `loss.Evaluation` of a minibatch (in fp32, whatever the
+        forward's precision)."""
+        with self.autocast:
+            evaluation = self._evaluate(self.policy, batch, entropy)
+        return evaluation._replace(**{
+            name: value.float() for name, value in evaluation._asdict().items()
+            if isinstance(value, torch.Tensor) and value.is_floating_point()})
 
     def _gradient_step(self, batch, teacher_weight: float = 0.0, record: bool = True):
         """One Adam step on a minibatch; with `record`, returns its LossStats."""
