@@ -59,7 +59,7 @@ def ensure_installed() -> None:
         return
     print("installing Peregrine and its dependencies (first run takes a few minutes)", flush=True)
     pip(TORCH)
-    pip("setuptools>=64", "wheel")
+    pip("setuptools>=77", "wheel")
     pip("--no-build-isolation", "-e", f"{ROOT}[{EXTRAS}]")
     STAMP.write_text(digest)
 

@@ -48,3 +48,58 @@ def test_core_import_is_light():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == ""
+
+
+def test_version_flag_prints_the_installed_version():
+    from importlib import metadata
+    result = subprocess.run([sys.executable, "-m", "peregrine", "--version"],
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0
+    assert result.stdout.strip() == f"peregrine {metadata.version('peregrine-rl')}"
+
+
+def test_train_without_torch_names_the_extra_to_install():
+    """A missing optional dependency is a one-line instruction, not a traceback."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from peregrine.cli import main\n"
+            "sys.exit(main(['train', 'cartpole', '--detach']))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=60)
+    assert result.returncode == 2
+    assert result.stderr.strip() == ("peregrine train needs torch, which is not installed: "
+                                     "pip install 'peregrine-rl[train]'")
+
+
+def test_tensorboard_absent_is_a_notice_and_present_gets_the_config_as_text(tmp_path,
+                                                                            monkeypatch,
+                                                                            capsys):
+    from peregrine.train.metrics import RunLogger
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
+    logger = RunLogger(tmp_path / "a", (), tensorboard=True, dashboard=False,
+                       config_toml="[train]\nseed = 1\n")
+    logger.close("finished")
+    assert "TensorBoard event files skipped: tensorboard is not installed" in \
+        capsys.readouterr().err
+    assert not (tmp_path / "a" / "tensorboard").exists()
+    monkeypatch.undo()
+
+    texts = []
+
+    class Writer:      # stands in for SummaryWriter: what the logger hands to TensorBoard
+        def __init__(self, directory, purge_step=None):
+            self.directory = directory
+
+        def add_text(self, tag, text, step):
+            texts.append((tag, text, step))
+
+        def close(self):
+            pass
+
+    import types
+    fake = types.ModuleType("torch.utils.tensorboard")
+    fake.SummaryWriter = Writer
+    monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", fake)
+    logger = RunLogger(tmp_path / "b", (), tensorboard=True, dashboard=False,
+                       config_toml="[train]\nseed = 1\n")
+    logger.close("finished")
+    assert texts == [("hyperparameters", "```toml\n[train]\nseed = 1\n\n```", 0)]

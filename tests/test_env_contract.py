@@ -293,3 +293,49 @@ def test_instance_stats_split_the_aggregate_by_instance(name):
                 assert sums[:, column].sum() / aggregate.count == pytest.approx(aggregate.mean[stat])
         episodes, _ = env.instance_stats()  # the aggregate read cleared them too
         assert episodes.sum() == 0
+
+
+# ---- the public checker ------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ENVS)
+def test_public_check_env_passes_every_registered_env(name):
+    from peregrine.envs import check_env
+    check_env(name)
+    with peregrine.make(name, num_envs=5, seed=0, num_threads=2) as env:
+        check_env(env)          # a batch object: checks it and its twins
+
+
+def test_public_check_env_names_the_broken_rule():
+    from peregrine.envs import EnvContractError, check_env
+    from peregrine.envs.cartpole import CartPole
+    from peregrine.envs.pendulum import Pendulum
+
+    class Copying(CartPole):          # hands out copies instead of its buffers
+        def step(self, actions, hold=None):
+            obs, rewards, terminals, truncations, infos = super().step(actions, hold)
+            return obs.copy(), rewards, terminals, truncations, infos
+
+    class Unseeded(CartPole):         # reset ignores its seed
+        def reset(self, seed=None):
+            return super().reset(None)
+
+    class Lenient(CartPole):          # steps with whatever it is given
+        def step(self, actions, hold=None):
+            actions = np.clip(np.asarray(actions), 0, 1).astype(np.int32).reshape(-1)
+            actions = np.resize(actions, self.num_agents)
+            return super().step(actions, hold)
+
+    class NaNTorque(Pendulum):        # lets a NaN action through into the observations
+        def step(self, actions, hold=None):
+            result = super().step(actions, hold)
+            if np.isnan(actions).any():
+                self.observations[0, 0] = np.nan
+            return result
+
+    cases = [(Copying, "own buffers"), (Unseeded, "restart the random streams"),
+             (Lenient, "must refuse"), (NaNTorque, "NaN/inf continuous actions")]
+    for cls, rule in cases:
+        env = cls(num_envs=4, seed=0)
+        with pytest.raises(EnvContractError, match=rule):
+            check_env(env)
+        env.close()

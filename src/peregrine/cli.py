@@ -12,6 +12,10 @@ import importlib
 import os
 import sys
 
+# Third-party modules a command may need -> the extra that installs them.
+EXTRAS = {"torch": "train", "rich": "train", "matplotlib": "train", "PIL": "train",
+          "cuda": "cuda", "pettingzoo": "pettingzoo"}
+
 # name -> (module, one-line help)
 COMMANDS = {
     "train": ("peregrine.train.cli", "train an agent with PPO (live dashboard)"),
@@ -30,9 +34,10 @@ def main(argv=None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="peregrine", description="Reinforcement learning built for throughput.")
+    top.add_argument("--version", action="version", version=f"peregrine {version()}")
     top.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
                      help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
-    if not argv or argv[0] in ("-h", "--help") or argv[0] not in COMMANDS:
+    if not argv or argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:
         top.parse_args(argv[:1] or ["--help"])
         return 2
     name = argv[0]
@@ -40,6 +45,8 @@ def main(argv=None) -> int:
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as error:
+        if _missing_extra(name, error):
+            return 2
         if error.name and module_name.startswith(error.name):
             print(f"peregrine {name}: not available in this version", file=sys.stderr)
             return 2
@@ -52,6 +59,10 @@ def main(argv=None) -> int:
     args = custom_parse(parser, argv[1:]) if custom_parse else parser.parse_args(argv[1:])
     try:
         return int(module.run(args) or 0)
+    except ModuleNotFoundError as error:   # commands import their heavy modules late
+        if _missing_extra(name, error):
+            return 2
+        raise
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
@@ -61,6 +72,26 @@ def main(argv=None) -> int:
     except (OSError, MemoryError) as error:  # unwritable/full run directory, too big a batch
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 1
+
+
+def _missing_extra(command: str, error: ModuleNotFoundError) -> bool:
+    """Names the extra to install when `error` is a missing optional dependency."""
+    missing = (error.name or "").split(".")[0]
+    if missing not in EXTRAS:
+        return False
+    print(f"peregrine {command} needs {missing}, which is not installed: "
+          f"pip install 'peregrine-rl[{EXTRAS[missing]}]'", file=sys.stderr)
+    return True
+
+
+def version() -> str:
+    """The installed distribution's version, else the package's own."""
+    from importlib import metadata
+    try:
+        return metadata.version("peregrine-rl")
+    except metadata.PackageNotFoundError:
+        from . import __version__
+        return __version__
 
 
 if __name__ == "__main__":

@@ -20,7 +20,6 @@ as its rank (see distributed.py), and only rank 0 prints or shows a dashboard.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import os
 import subprocess
 import sys
@@ -119,12 +118,6 @@ def run(args) -> int:
 
     mode = "detach" if args.detach else "monitor" if args.monitor else (
         "monitor" if sys.stdout.isatty() else "plain")
-    monitor_available = importlib.util.find_spec("peregrine.monitor") is not None
-    if mode == "monitor" and not monitor_available:
-        print("peregrine train: the dashboard (peregrine.monitor) is not installed; "
-              "printing progress lines instead", file=sys.stderr)
-        mode = "plain"
-
     child = {}
 
     def on_start(directory):

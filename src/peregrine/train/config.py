@@ -202,13 +202,6 @@ def apply_dict(config: Config, data: dict) -> None:
             set_key(config, f"{section}.{key}", value)
 
 
-def valid_keys(config: Config, section: str) -> list[str]:
-    if section == "env":
-        fields = env_config_fields(config.env.get("name"))
-        return ["name", "preset", *(f[0] for f in fields or ())]
-    return [f.name for f in dataclasses.fields(SECTIONS[section])]
-
-
 def set_key(config: Config, dotted: str, value: Any) -> None:
     """Sets `section.key` (dashes allowed in key) converting `value` to the key's type."""
     section, _, key = dotted.partition(".")

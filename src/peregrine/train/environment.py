@@ -1,9 +1,9 @@
 """Creating the env batch a run trains on, and saving/restoring its state.
 
-Envs come from `peregrine.vector.make` when that module is installed (it adds
-multiprocessing and emulated Gymnasium/PettingZoo envs behind the same batch
-interface) and from `peregrine.make` otherwise. Both return a batch whose
-`reset`/`step` hand back the env's own buffers, updated in place.
+Envs come from `peregrine.vector.make` (native batches, multiprocessing and
+emulated Gymnasium/PettingZoo envs behind the same batch interface) or, for
+`vec.backend = "device"`, from `peregrine.make(..., device=...)`. Each returns a
+batch whose `reset`/`step` hand back the env's own buffers, updated in place.
 
 Exact resume. A native batch's future is fully determined by its per-instance
 state (`get_state`) plus each instance's random stream. The streams cannot be
@@ -16,7 +16,6 @@ streams, and the run continues bit for bit as if never stopped. Envs without
 """
 from __future__ import annotations
 
-import importlib.util
 import time
 
 import numpy as np
@@ -35,18 +34,10 @@ def make_env(config, seed: int | None = None, device=None):
         from ..registry import make
         return make(config.env_name, num_envs=vec.num_envs, seed=seed,
                     num_threads=vec.num_threads, device=device or "cpu", **kwargs)
-    if importlib.util.find_spec("peregrine.vector") is not None:
-        from .. import vector
-        if hasattr(vector, "make"):
-            return vector.make(config.env_name, backend=vec.backend, num_envs=vec.num_envs,
-                               num_workers=vec.num_workers, num_threads=vec.num_threads,
-                               seed=seed, **kwargs)
-    if vec.backend != "native":
-        raise ValueError(f"vec.backend = {vec.backend!r} needs peregrine.vector, which is not "
-                         f"installed; use vec.backend = 'native'")
-    from ..registry import make
-    return make(config.env_name, num_envs=vec.num_envs, seed=seed,
-                num_threads=vec.num_threads, **kwargs)
+    from .. import vector
+    return vector.make(config.env_name, backend=vec.backend, num_envs=vec.num_envs,
+                       num_workers=vec.num_workers, num_threads=vec.num_threads,
+                       seed=seed, **kwargs)
 
 
 def stream_seed(seed: int, update: int) -> int:

@@ -57,7 +57,8 @@ def cut_jsonl(path, updates: int) -> int:
 
 class RunLogger:
     def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True,
-                 world_size: int = 1, resume_from: tuple[int, int] | None = None):
+                 world_size: int = 1, resume_from: tuple[int, int] | None = None,
+                 config_toml: str | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_from is not None:
@@ -65,31 +66,37 @@ class RunLogger:
         self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
         self.writer = None
         if dashboard:
+            from ..monitor.metrics import MetricsWriter
             try:
-                from ..monitor.metrics import MetricsWriter
-            except ImportError:
-                MetricsWriter = None
-            if MetricsWriter is not None:
-                try:
-                    self.writer = MetricsWriter(self.run_dir, [
-                        name for name in env_stat_names
-                        if name not in ("episode_return", "episode_length")],
-                        world_size=world_size)
-                except Exception as error:  # noqa: BLE001 - the dashboard is optional
-                    self._warn(f"dashboard metrics disabled: {error}")
+                self.writer = MetricsWriter(self.run_dir, [
+                    name for name in env_stat_names
+                    if name not in ("episode_return", "episode_length")],
+                    world_size=world_size)
+            except Exception as error:  # noqa: BLE001 - the dashboard is optional
+                self._warn(f"dashboard metrics disabled: {error}")
         self.tensorboard = None
         if tensorboard:
-            try:
-                from torch.utils.tensorboard import SummaryWriter
-            except ImportError:  # tensorboard not installed: event files are optional
-                SummaryWriter = None
-            try:
-                if SummaryWriter is not None:
-                    purge_step = None if resume_from is None else resume_from[1] + 1
-                    self.tensorboard = SummaryWriter(str(self.run_dir / "tensorboard"),
-                                                     purge_step=purge_step)
-            except Exception as error:  # noqa: BLE001
-                self._warn(f"TensorBoard logging disabled: {error}")
+            self.tensorboard = self._open_tensorboard(resume_from, config_toml)
+
+    def _open_tensorboard(self, resume_from, config_toml):
+        """TensorBoard's writer, with the run's resolved config as text; None (and a
+        one-line notice) when tensorboard is not installed."""
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+        except ImportError:
+            self._warn("TensorBoard event files skipped: tensorboard is not installed "
+                       "(pip install tensorboard; --train.tensorboard false silences this)")
+            return None
+        try:
+            purge_step = None if resume_from is None else resume_from[1] + 1
+            writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=purge_step)
+            if config_toml is not None and resume_from is None:
+                # TensorBoard's text plugin renders Markdown: a code block keeps the TOML.
+                writer.add_text("hyperparameters", "```toml\n" + config_toml + "\n```", 0)
+            return writer
+        except Exception as error:  # noqa: BLE001
+            self._warn(f"TensorBoard logging disabled: {error}")
+            return None
 
     @staticmethod
     def _warn(message: str) -> None:

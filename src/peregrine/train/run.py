@@ -133,7 +133,7 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
             # On resume the logs are cut back to the checkpoint: updates logged
             # after it are redone and logged again.
             logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard,
-                               world_size=trainer.world_size,
+                               world_size=trainer.world_size, config_toml=config.to_toml(),
                                resume_from=(trainer.updates, trainer.global_step)
                                if resume else None)
             if on_start is not None:
