@@ -159,7 +159,7 @@ class Trainer:
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
-                                          eps=t.adam_eps, fused=device.type == "cpu")
+                                          eps=t.adam_eps, fused=device.type in ("cpu", "cuda"))
         self._optimizer_step = torch_startup.step_function(self.optimizer)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
