@@ -8,7 +8,8 @@ Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
 rank starts no process group), pinned with `taskset` to cores 0..N-1, on the
 env's shipped config (so `vec.num_envs` and the minibatch are per rank and the
-global batch grows with N: weak scaling), gloo on CPU.
+global batch grows with N: weak scaling), gloo on CPU, trained through all the
+steps (`train.stop_return` 0).
 
 SPS is read from the run's metrics.jsonl: global steps between the end of the
 first update and the last, over the training seconds between them (rollout +
@@ -37,7 +38,9 @@ def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
     command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node", str(ranks), "-m", "peregrine", "train", env,
                "--detach", "--run-dir", str(run_dir), "--total-steps", str(steps),
-               "--train.tensorboard", "false", "--train.checkpoint-interval", "0", *extra]
+               "--train.tensorboard", "false", "--train.checkpoint-interval", "0",
+               # a throughput job trains all its steps (CartPole's config stops once solved)
+               "--train.stop-return", "0", *extra]
     done = subprocess.run(command, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
@@ -80,6 +83,8 @@ def main(argv=None) -> int:
                       f"efficiency {result['efficiency']:.2f}  "
                       f"({result['global_step']:,} steps, {result['updates']} updates)",
                       flush=True)
+    # Other users' load shows here: on a shared machine it is the figures' error bar.
+    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

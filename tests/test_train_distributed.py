@@ -214,6 +214,16 @@ def test_resuming_with_another_world_size_is_refused_before_any_rank_starts(tmp_
         distributed.local_state(two, rank=0, world_size=3)
 
 
+def test_a_rank_without_the_run_directory_says_every_node_needs_it(tmp_path, monkeypatch,
+                                                                   capsys):
+    """On resume every rank reads the run directory that rank 0 alone wrote: a rank on
+    another node without it is told why (before joining the process group)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert cli_main(["train", "--resume", str(tmp_path / "run"), "--detach"]) == 2
+    assert "every node needs the run directory" in capsys.readouterr().err
+
+
 def test_backend_is_gloo_on_cpu_and_nccl_needs_cuda():
     cpu = torch.device("cpu")
     assert distributed.resolve_backend("auto", cpu) == "gloo"
