@@ -104,7 +104,8 @@ def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, m
     the parameters then equal those of one process with both ranks' envs (serial
     backend, two blocks: the same slices) and the global minibatch, to float
     tolerance, and so do they after `--resume` with 2 ranks and a new step budget
-    (the annealed learning rate follows the global step count on every rank).
+    (the annealed learning rate follows the global step count on every rank); the
+    records count the episodes of both ranks.
     Resuming that checkpoint in one process is refused. Action draws are row-keyed
     in both (dist_worker.py): per-rank sampling streams are the documented
     difference."""
@@ -155,6 +156,8 @@ def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, m
             reference.update()
         for name, tensor in reference.policy.state_dict().items():
             torch.testing.assert_close(at_stop[name], tensor, rtol=1e-4, atol=1e-6)
+        # The same episodes, counted over both ranks in the 2-rank records.
+        assert lines[-2]["episodes"] == reference.episodes
         state = reference.state_dict()
     finally:
         reference.close()
@@ -166,6 +169,7 @@ def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, m
             reference.update()
         for name, tensor in reference.policy.state_dict().items():
             torch.testing.assert_close(resumed["policy"][name], tensor, rtol=1e-4, atol=1e-6)
+        assert resumed["episodes"] == reference.episodes > 0
         assert not torch.equal(resumed["policy"]["actor_head.weight"],
                                at_stop["actor_head.weight"])   # it did train on
     finally:
