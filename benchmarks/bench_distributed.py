@@ -8,14 +8,23 @@ Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
 rank starts no process group), pinned with `taskset` to cores 0..N-1, on the
 env's shipped config (so `vec.num_envs` and the minibatch are per rank and the
-global batch grows with N: weak scaling), gloo on CPU.
+global batch grows with N: weak scaling), gloo on CPU, trained through all the
+steps (`train.stop_return` 0).
 
 SPS is read from the run's metrics.jsonl: global steps between the end of the
 first update and the last, over the training seconds between them (rollout +
 learning, rank 0's clock; it excludes start-up, the first update's warm-up and
 checkpoint writing). Efficiency(N) = SPS(N) / (N x SPS(1)), measured in the same
-invocation. With more ranks than free cores the cores are the limit, not the
-collectives: quote figures only from a machine nobody else is using.
+invocation. Rank 0's mean seconds per update in the rollout (no collective) and
+in learning are printed beside it: the per-rank work is the same for every N, so
+what grows with N grew from contention for cores or from the collectives.
+
+For N > 1 it also times the gradient all-reduce alone (the same N ranks, pinned
+the same way, one flat float32 buffer the size of the env's shipped policy, as
+the trainer sends once per gradient step): that time x gradient steps per update
+is the collectives' share of an update. With more ranks than free cores the
+cores are the limit, not the collectives: quote figures only from a machine
+nobody else is using.
 """
 from __future__ import annotations
 
@@ -37,19 +46,86 @@ def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
     command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node", str(ranks), "-m", "peregrine", "train", env,
                "--detach", "--run-dir", str(run_dir), "--total-steps", str(steps),
-               "--train.tensorboard", "false", "--train.checkpoint-interval", "0", *extra]
+               "--train.tensorboard", "false", "--train.checkpoint-interval", "0",
+               # a throughput job trains all its steps (CartPole's config stops once solved)
+               "--train.stop-return", "0", *extra]
     done = subprocess.run(command, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     updates = [r for r in records if "updates" in r]
+    if len(updates) < 3:    # the first update is warm-up and is left out
+        raise RuntimeError(f"{env} with {ranks} rank(s) ran {len(updates)} update(s); "
+                           f"give it more --steps (at least 3 updates)")
     first, last = updates[0], updates[-1]
     seconds = last["elapsed"] - first["elapsed"]
+    # Rank 0's mean seconds per update in each phase (after the first update). The
+    # per-rank work is the same for every N, so a phase that grows with N grew from
+    # contention for cores (the rollout has no collective) or, in "learn", also
+    # from the all-reduces.
+    timed = updates[1:]
+    rollout = sum(r["time_split"]["env"] + r["time_split"]["forward"] for r in timed)
+    learn = sum(r["time_split"]["learn"] for r in timed)
     return {"env": env, "ranks": ranks, "updates": last["updates"],
             "global_step": last["global_step"], "world_size": last["world_size"],
             "sps": (last["global_step"] - first["global_step"]) / seconds,
-            "time_split_last": last["time_split"], "command": " ".join(command)}
+            "rollout_s": rollout / len(timed), "learn_s": learn / len(timed),
+            "command": " ".join(command)}
+
+
+def policy_size(env: str) -> tuple[int, int]:
+    """(parameters of the env's shipped policy, gradient steps per update per rank)."""
+    import torch
+    from peregrine.train import load_config
+    from peregrine.train.environment import make_env
+    from peregrine.train.policy import Policy
+    config = load_config(env)
+    batch = make_env(config, 0, torch.device("cpu"))
+    try:
+        policy = Policy(batch.single_observation_space, batch.single_action_space, config.policy)
+        rows = int(batch.num_agents)
+    finally:
+        batch.close()
+    t = config.train
+    steps = max(1, rows * t.horizon // t.minibatch_size) * t.update_epochs
+    return sum(p.numel() for p in policy.parameters()), steps
+
+
+def time_all_reduce(numel: int, repeats: int) -> None:
+    """Run by each rank (under torchrun): the mean seconds of one gloo all-reduce of
+    `numel` float32, the trainer's one flat gradient buffer; rank 0 prints it."""
+    import time
+    import torch
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    buffer = torch.zeros(numel)
+    for _ in range(20):                 # connections and buffers warmed up
+        dist.all_reduce(buffer)
+    dist.barrier()
+    start = time.perf_counter()
+    for _ in range(repeats):
+        dist.all_reduce(buffer)
+    seconds = (time.perf_counter() - start) / repeats
+    if dist.get_rank() == 0:
+        print(json.dumps({"all_reduce_s": seconds}), flush=True)
+    dist.destroy_process_group()
+
+
+def measure_all_reduce(env: str, ranks: int) -> dict:
+    """The collective's share of an update: all-reduce time x gradient steps."""
+    numel, steps = policy_size(env)
+    cores = ",".join(str(c) for c in range(ranks))
+    command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
+               "--standalone", "--nproc-per-node", str(ranks), __file__,
+               "--all-reduce-worker", str(numel)]
+    done = subprocess.run(command, capture_output=True, text=True,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+    seconds = json.loads(done.stdout.strip().splitlines()[-1])["all_reduce_s"]
+    return {"parameters": numel, "gradient_steps": steps, "all_reduce_s": seconds,
+            "per_update_s": seconds * steps}
 
 
 def main(argv=None) -> int:
@@ -58,7 +134,11 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--steps", type=float, help="global steps per job (default per env)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--all-reduce-worker", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.all_reduce_worker:     # this file, started by measure_all_reduce under torchrun
+        time_all_reduce(args.all_reduce_worker, repeats=500)
+        return 0
     cores = len(os.sched_getaffinity(0))
     if max(args.ranks) > cores:
         parser.error(f"--ranks {max(args.ranks)} needs that many cores; this machine has {cores}")
@@ -75,11 +155,20 @@ def main(argv=None) -> int:
                 result = measure(env, ranks, steps * ranks, Path(workdir))
                 baseline = baseline or result["sps"]
                 result["efficiency"] = result["sps"] / (ranks * baseline)
+                if ranks > 1:
+                    result["all_reduce"] = collective = measure_all_reduce(env, ranks)
+                    print(f"{env:12s} ranks {ranks:2d}  all-reduce of {collective['parameters']:,} "
+                          f"floats {collective['all_reduce_s'] * 1e6:.0f} us x "
+                          f"{collective['gradient_steps']} gradient steps = "
+                          f"{collective['per_update_s'] * 1e3:.1f} ms per update", flush=True)
                 results.append(result)
                 print(f"{env:12s} ranks {ranks:2d}  {result['sps']:12,.0f} SPS  "
-                      f"efficiency {result['efficiency']:.2f}  "
+                      f"efficiency {result['efficiency']:.2f}  per update: rollout "
+                      f"{result['rollout_s'] * 1e3:.1f} ms, learn {result['learn_s'] * 1e3:.1f} ms  "
                       f"({result['global_step']:,} steps, {result['updates']} updates)",
                       flush=True)
+    # Other users' load shows here: on a shared machine it is the figures' error bar.
+    print(f"# load average at the end {os.getloadavg()[0]:.2f}")
     if args.json:
         Path(args.json).write_text(json.dumps(results, indent=2))
     return 0

@@ -10,6 +10,9 @@ optimizer, schedule) for equality.
 
     python tests/dist_worker.py train cartpole ...          # one process
     torchrun --nproc-per-node 2 tests/dist_worker.py train cartpole ...
+
+With PEREGRINE_TEST_RAISE=RANK:UPDATE in the environment, rank RANK raises a
+RuntimeError when it starts update UPDATE (counted from 0), for the failure test.
 """
 import os
 import sys
@@ -19,6 +22,7 @@ import torch
 
 from peregrine.cli import main
 from peregrine.train.policy import Policy
+from peregrine.train.ppo import Trainer
 
 _draws = [0]
 
@@ -49,6 +53,22 @@ def install() -> None:
     Policy._sample_categorical = staticmethod(_sample_categorical)
 
 
+def inject_failure(spec: str) -> None:
+    """Rank `r` of "r:u" raises when it starts update u; other ranks train on."""
+    rank, update = (int(part) for part in spec.split(":"))
+    if int(os.environ.get("RANK", "0")) != rank:
+        return
+    plain_update = Trainer.update
+
+    def update_or_raise(self):
+        if self.updates == update:
+            raise RuntimeError(f"injected failure at update {update}")
+        return plain_update(self)
+    Trainer.update = update_or_raise
+
+
 if __name__ == "__main__":
     install()
+    if os.environ.get("PEREGRINE_TEST_RAISE"):
+        inject_failure(os.environ["PEREGRINE_TEST_RAISE"])
     sys.exit(main())

@@ -17,7 +17,7 @@ import torch
 
 import dist_worker
 from peregrine.cli import main as cli_main
-from peregrine.train import checkpoint, load_config
+from peregrine.train import checkpoint, distributed, load_config
 from peregrine.train.policy import Policy
 from peregrine.train.ppo import Trainer
 
@@ -60,21 +60,28 @@ def test_two_nodes_on_loopback_train_cartpole_as_one_run(tmp_path):
     127.0.0.1 and train CartPole together: one run directory, records that count
     both ranks' steps, and it learns (16 envs x 2 ranks and a global minibatch of 512
     is the shipped 1-process batch) to the stop return within the step budget the
-    one-process test gets; both ranks stop at the same update."""
-    run_dir = tmp_path / "run"
+    one-process test gets; both ranks stop at the same update. Each node works in
+    its own directory with a relative --run-dir, as two machines would: rank 0 alone
+    writes (metrics.jsonl, metrics.bin with the world size, the learning curve,
+    the checkpoint) and rank 1's directory stays empty."""
+    from peregrine.monitor.metrics import MetricsReader
+    homes = [tmp_path / f"node{node}" for node in (0, 1)]
+    for home in homes:
+        home.mkdir()
     launcher = [*TORCHRUN, "--nnodes", "2", "--nproc-per-node", "1", "--rdzv-backend", "c10d",
                 "--rdzv-endpoint", f"127.0.0.1:{free_port()}", "--rdzv-id", "loopback",
                 "--max-restarts", "0"]
-    train = ["-m", "peregrine", "train", "cartpole", *QUIET, "--run-dir", str(run_dir),
+    train = ["-m", "peregrine", "train", "cartpole", *QUIET, "--run-dir", "run",
              "--seed", "3", "--total-steps", "40000", "--vec.num-envs", "16",
              "--train.minibatch-size", "256", "--train.stop-return", "150"]
-    nodes = [subprocess.Popen([*launcher, "--node-rank", str(node), *train], cwd=tmp_path,
+    nodes = [subprocess.Popen([*launcher, "--node-rank", str(node), *train], cwd=homes[node],
                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for node in (0, 1)]
     results = [finish(node) for node in nodes]
     for code, out, err in results:
         assert code == 0, err
     assert sum("finished:" in out for _, out, _ in results) == 1   # rank 0 alone reports
+    run_dir = homes[0] / "run"
     lines = records(run_dir)
     assert lines[-1] == {"status": "finished"}
     updates = lines[:-1]
@@ -82,19 +89,28 @@ def test_two_nodes_on_loopback_train_cartpole_as_one_run(tmp_path):
     assert all(r["world_size"] == 2 for r in updates)
     assert updates[-1]["global_step"] == len(updates) * 2 * 16 * 32   # both ranks' samples
     assert updates[-1]["recent_return"] >= 150, updates[-1]["recent_return"]
-    assert list(tmp_path.glob("**/metrics.jsonl")) == [run_dir / "metrics.jsonl"]
+    assert list(homes[1].iterdir()) == []
+    assert (run_dir / "learning_curve.png").is_file()
+    assert checkpoint.load(run_dir)["world_size"] == 2
+    with MetricsReader(run_dir) as reader:      # what the dashboard reads
+        assert reader.header.world_size == 2
+        latest = reader.read()
+        assert latest["global_step"] == updates[-1]["global_step"]
+        assert latest["sps"] == pytest.approx(updates[-1]["sps"])   # global SPS
 
 
 def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, monkeypatch):
     """Ctrl-C on torchrun stops both ranks after the same update and rank 0 saves once;
     the parameters then equal those of one process with both ranks' envs (serial
     backend, two blocks: the same slices) and the global minibatch, to float
-    tolerance, and so do they after `--resume` with 2 ranks. Resuming that checkpoint
-    in one process is refused. Action draws are row-keyed in both (dist_worker.py):
-    per-rank sampling streams are the documented difference."""
+    tolerance, and so do they after `--resume` with 2 ranks and a new step budget
+    (the annealed learning rate follows the global step count on every rank); the
+    records count the episodes of both ranks.
+    Resuming that checkpoint in one process is refused. Action draws are row-keyed
+    in both (dist_worker.py): per-rank sampling streams are the documented
+    difference."""
     algorithm = ["--train.seed", "4", "--train.horizon", "16", "--train.update-epochs", "2",
-                 "--train.anneal-lr", "false", "--train.checkpoint-interval", "0",
-                 "--train.tensorboard", "false"]
+                 "--train.checkpoint-interval", "0", "--train.tensorboard", "false"]
     shared = ["--detach", *algorithm]
     run_dir = tmp_path / "run"
     torchrun = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", WORKER, "train"]
@@ -121,30 +137,107 @@ def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, m
     assert code == 0, err
     resumed = checkpoint.load(run_dir)
     assert resumed["updates"] == stopped_at + 2 and resumed["global_step"] == total
+    rates = [r["losses"]["learning_rate"] for r in records(run_dir) if "updates" in r]
+    assert rates[-1] < rates[-2] < rates[0]    # annealed over the resumed budget
 
-    # One process: 8 envs in the same two blocks, the global minibatch.
+    # One process: 8 envs in the same two blocks, the global minibatch; stopped and
+    # resumed with the new budget through its state dict, as the ranks were.
     monkeypatch.setattr(Policy, "_sample_categorical",
                         staticmethod(dist_worker._sample_categorical))
     dist_worker._draws[0] = 0
-    config = load_config("cartpole", overrides=[
-        *algorithm, "--train.total-steps", str(total), "--vec.backend", "serial",
-        "--vec.num-workers", "2", "--vec.num-envs", "8", "--train.minibatch-size", "128"])
-    reference = Trainer(config)
+
+    def one_process(total_steps):
+        return Trainer(load_config("cartpole", overrides=[
+            *algorithm, "--train.total-steps", str(total_steps), "--vec.backend", "serial",
+            "--vec.num-workers", "2", "--vec.num-envs", "8", "--train.minibatch-size", "128"]))
+    reference = one_process(1e9)
     try:
         for _ in range(stopped_at):
             reference.update()
         for name, tensor in reference.policy.state_dict().items():
             torch.testing.assert_close(at_stop[name], tensor, rtol=1e-4, atol=1e-6)
+        # The same episodes, counted over both ranks in the 2-rank records.
+        assert lines[-2]["episodes"] == reference.episodes
+        state = reference.state_dict()
+    finally:
+        reference.close()
+    reference = one_process(total)
+    try:
+        reference.load_state_dict(state)
         dist_worker._draws[0] = 0     # the resumed workers count their draws afresh
         while not reference.done:
             reference.update()
         for name, tensor in reference.policy.state_dict().items():
             torch.testing.assert_close(resumed["policy"][name], tensor, rtol=1e-4, atol=1e-6)
+        assert resumed["episodes"] == reference.episodes > 0
         assert not torch.equal(resumed["policy"]["actor_head.weight"],
                                at_stop["actor_head.weight"])   # it did train on
     finally:
         reference.close()
     assert cli_main(["train", "--resume", str(run_dir), "--detach"]) == 2
+
+
+def test_a_rank_that_raises_ends_the_job_with_its_error(tmp_path):
+    """Rank 1 raises at its third update while rank 0 waits for it in a collective:
+    the job ends (torchrun stops rank 0 long before the collective's timeout, which
+    is set beyond this test's patience), rank 1's error is shown, and the checkpoint
+    of the last finished update still loads."""
+    run_dir = tmp_path / "run"
+    job = subprocess.Popen(
+        [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "0", WORKER,
+         "train", "cartpole", *QUIET, "--run-dir", str(run_dir), "--total-steps", "1e9",
+         "--vec.num-envs", "8", "--train.checkpoint-interval", "1",
+         "--train.dist-timeout", str(10 * WAIT)], cwd=tmp_path,
+        env={**os.environ, "PEREGRINE_TEST_RAISE": "1:2"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    code, _, err = finish(job)
+    assert code != 0
+    assert "rank 1 of 2 failed: RuntimeError: injected failure at update 2" in err, err
+    state = checkpoint.load(run_dir)
+    assert state["updates"] == 2 and state["world_size"] == 2
+    assert [r["updates"] for r in records(run_dir) if "updates" in r] == [1, 2]
+
+
+def test_resuming_with_another_world_size_is_refused_before_any_rank_starts(tmp_path, capsys):
+    """`--resume RUN --nproc 2` on a one-process checkpoint is refused by the launcher
+    (no ranks started), and a rank would refuse it too (local_state)."""
+    run_dir = tmp_path / "run"
+    assert cli_main(["train", "cartpole", *QUIET, "--run-dir", str(run_dir),
+                     "--total-steps", "512", "--vec.num-envs", "4"]) == 0
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(run_dir), "--nproc", "2", "--detach"]) == 2
+    message = capsys.readouterr().err
+    assert "written by a run of 1 rank(s) but this run has 2" in message
+    assert "a single process" in message
+    state = checkpoint.load(run_dir)
+    with pytest.raises(ValueError, match="resume it with a single process"):
+        distributed.local_state(state, rank=1, world_size=2)
+    two = {**state, "world_size": 2, "ranks": [{"generator": "rank 0"}, {"generator": "rank 1"}]}
+    assert distributed.local_state(two, rank=1, world_size=2)["generator"] == "rank 1"
+    with pytest.raises(ValueError, match=r"--nproc 2 \(or torchrun with 2 ranks in all\)"):
+        distributed.local_state(two, rank=0, world_size=3)
+
+
+def test_a_rank_without_the_run_directory_says_every_node_needs_it(tmp_path, monkeypatch,
+                                                                   capsys):
+    """On resume every rank reads the run directory that rank 0 alone wrote: a rank on
+    another node without it is told why (before joining the process group)."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "1")
+    assert cli_main(["train", "--resume", str(tmp_path / "run"), "--detach"]) == 2
+    assert "every node needs the run directory" in capsys.readouterr().err
+
+
+def test_backend_is_gloo_on_cpu_and_nccl_needs_cuda():
+    cpu = torch.device("cpu")
+    assert distributed.resolve_backend("auto", cpu) == "gloo"
+    assert distributed.resolve_backend("gloo", cpu) == "gloo"
+    with pytest.raises(ValueError, match="'nccl' needs train.device = 'cuda'"):
+        distributed.resolve_backend("nccl", cpu)
+    if torch.distributed.is_nccl_available():
+        assert distributed.resolve_backend("auto", torch.device("cuda", 0)) == "nccl"
+    with pytest.raises(ValueError, match="train.dist_backend.*gloo"):
+        load_config("cartpole", overrides=["--train.dist-backend", "mpi"])
 
 
 def _children(pid: int) -> list[int]:

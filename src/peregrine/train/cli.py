@@ -94,6 +94,12 @@ def run(args) -> int:
     from . import run as runs  # imports torch: only after the arguments are sound
     if args.resume:
         run_dir = Path(args.resume)
+        rank = os.environ.get("RANK", "0")
+        if runs.distributed.launched() and rank != "0" and not (run_dir / "config.toml").is_file():
+            # Rank 0 alone writes the run directory, but every rank reads it on resume.
+            raise ValueError(f"--resume {str(run_dir)!r}: rank {rank} finds no run there; "
+                             f"on several nodes every node needs the run directory (a shared "
+                             f"filesystem, or a copy of rank 0's)")
         config = runs.load_run_config(run_dir, overrides)
         if args.env is not None and args.env != config.env_name:
             raise ValueError(f"--resume {str(run_dir)!r} is a {config.env_name!r} run, not "
@@ -157,12 +163,17 @@ def run(args) -> int:
 
 def _launch(args, config) -> int:
     """--nproc N: this command without --nproc, as N ranks under torch.distributed.run."""
-    from .distributed import check_config, launch, launched
+    from .distributed import check_config, check_world_size, launch, launched
     if args.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
     if launched():
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     check_config(config)
+    if args.resume:
+        # Refused here, before N processes start only to fail with N copies of the error.
+        from . import checkpoint
+        from .run import checkpoint_path
+        check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):
         if argv[i] == "--nproc":

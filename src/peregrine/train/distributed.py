@@ -105,12 +105,12 @@ def resolve_backend(name: str, device: torch.device) -> str:
     return name
 
 
-def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
-    """The checkpoint `state` as rank `rank` of `world_size` must load it.
+def check_world_size(state: dict, world_size: int) -> None:
+    """ValueError unless the checkpoint `state` was written by `world_size` ranks.
 
-    A checkpoint records the world size it was written with; resuming with
-    another one is refused (each rank's env batch and streams belong to its
-    rank, and the global batch would change).
+    Resuming with another world size is refused rather than re-split: each rank's
+    env batch, its random streams and its sampling generator belong to that rank,
+    and the global batch (and so the learning-rate schedule) would change.
     """
     saved = int(state.get("world_size", 1))
     if saved != world_size:
@@ -119,7 +119,13 @@ def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
         raise ValueError(f"the checkpoint was written by a run of {saved} rank(s) but this run "
                          f"has {world_size}; resume it with {how}: its env batches and random "
                          f"streams belong to those ranks")
-    if saved == 1:
+
+
+def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
+    """The checkpoint `state` as rank `rank` of `world_size` must load it (refused,
+    by check_world_size, when the world size differs)."""
+    check_world_size(state, world_size)
+    if world_size == 1:
         return state
     return {**state, **state["ranks"][rank]}
 
