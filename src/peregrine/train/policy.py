@@ -7,10 +7,16 @@
 
 Without an LSTM the actor and the critic are separate MLPs (sharing a trunk
 makes the value loss fight the policy on small problems). With
-`policy.lstm = true` one encoder MLP feeds an LSTM cell whose state is kept per
+`policy.lstm = true` one encoder MLP feeds an LSTM whose state is kept per
 row: it is zeroed where a row's episode just started and carried across the
 rollout; training replays each row in segments of `bptt_horizon` steps from
 the state saved at the segment's start (truncated backprop through time).
+
+The LSTM is one `nn.LSTM` module, stepped two ways on the same weights: the
+rollout advances it one step at a time with the cell function
+(`torch.lstm_cell`, what `nn.LSTMCell` runs), and training replays whole
+segments with the fused multi-step `nn.LSTM` (`replay`), which is exact and
+several times faster than a Python loop over time steps.
 
 Sampling takes a `torch.Generator`, so a seeded run draws the same actions on
 every run; log-probabilities and entropies are written out by hand rather than
@@ -96,7 +102,7 @@ class Policy(nn.Module):
         hidden, layers, activation = config.hidden_size, config.num_layers, config.activation
         if self.use_lstm:
             self.encoder, size = mlp(self.obs_dim, hidden, max(layers, 1), activation)
-            self.lstm = nn.LSTMCell(size, config.lstm_size)
+            self.lstm = nn.LSTM(size, config.lstm_size, batch_first=True)
             for name, parameter in self.lstm.named_parameters():
                 if "bias" in name:
                     nn.init.zeros_(parameter)
@@ -127,10 +133,51 @@ class Policy(nn.Module):
 
     def _core(self, observations, state, starts):
         """LSTM step: zero the state where an episode starts, then advance it."""
-        h, c = state
-        keep = (~starts).unsqueeze(1).to(h.dtype)
-        h, c = self.lstm(self.encoder(self._input(observations)), (h * keep, c * keep))
+        keep = (~starts).unsqueeze(1)
+        h, c = (s * keep.to(s.dtype) for s in state)
+        lstm = self.lstm
+        h, c = torch.lstm_cell(self.encoder(self._input(observations)), (h, c),
+                               lstm.weight_ih_l0, lstm.weight_hh_l0,
+                               lstm.bias_ih_l0, lstm.bias_hh_l0)
         return h, (h, c)
+
+    def replay(self, observations, state, starts):
+        """(action parameters [B, L, ...], values [B, L]) of B rows replayed over L
+        steps from `state` (h, c of [B, lstm_size]), zeroing a row's state at each of
+        its episode starts (`starts`, bool [B, L]) -- the same outputs as `heads`
+        called once per step, computed with the fused `nn.LSTM`.
+
+        The fused LSTM cannot reset single rows mid-sequence, so the steps are cut
+        into chunks at every time index where any row starts an episode; the rows
+        that start there have their state zeroed between two chunks. Exact, and one
+        fused call per chunk: few chunks when episodes are long against the segment,
+        one per step at worst (the cost of the loop it replaces)."""
+        rows, length = starts.shape
+        features = self.encoder(self._input(observations.reshape(rows * length, -1)))
+        features = features.view(rows, length, -1)
+        # One host read per minibatch: where the chunks begin (step 0 always does).
+        boundaries = starts.any(0)
+        boundaries[0] = True
+        begins = boundaries.nonzero().squeeze(1).tolist() + [length]
+        h, c = (s.unsqueeze(0) for s in state)
+        outputs = []
+        for begin, end in zip(begins[:-1], begins[1:]):
+            keep = (~starts[:, begin]).view(1, rows, 1)
+            h, c = h * keep.to(h.dtype), c * keep.to(c.dtype)
+            output, (h, c) = self.lstm(features[:, begin:end], (h, c))
+            outputs.append(output)
+        hidden = outputs[0] if len(outputs) == 1 else torch.cat(outputs, 1)
+        return self.actor_head(hidden), self.critic_head(hidden).squeeze(-1)
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        # Checkpoints written before the LSTM became an `nn.LSTM` hold an
+        # `nn.LSTMCell`'s parameters: the same tensors (and the same order, so the
+        # optimizer state still lines up) under names without the layer suffix.
+        for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh"):
+            old = f"{prefix}lstm.{name}"
+            if old in state_dict and f"{old}_l0" not in state_dict:
+                state_dict[f"{old}_l0"] = state_dict.pop(old)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
     def heads(self, observations, state=None, starts=None):
         """(action parameters, values, new state) for one step of rows."""
