@@ -2,6 +2,8 @@
 exactly what stepping the rollout's LSTM cell once per time step computes."""
 from __future__ import annotations
 
+from functools import partial
+
 import numpy as np
 import pytest
 import torch
@@ -22,9 +24,10 @@ def make_policy(action_space, seed=0):
 
 def make_batch(action_space, starts, seed=1):
     """A minibatch of segments as `RolloutStorage.segment_minibatches` yields it, with
-    nonzero saved states (a zero state would hide a missed reset)."""
+    nonzero saved states (a zero state would hide a missed reset). Time-major:
+    columns are [LENGTH, SEGMENTS, ...]."""
     generator = torch.Generator().manual_seed(seed)
-    shape = (SEGMENTS, LENGTH)
+    shape = (LENGTH, SEGMENTS)
     if isinstance(action_space, spaces.Discrete):
         actions = torch.randint(action_space.n, shape, generator=generator)
     else:
@@ -41,41 +44,56 @@ def make_batch(action_space, starts, seed=1):
             "returns": torch.randn(shape, generator=generator)}
 
 
-def stepped(policy, batch) -> Evaluation:
-    """The reference: the rollout's one-step `heads` (the LSTM cell) called once per
-    time step, zeroing the state at each start as the rollout does."""
+def cell_heads(policy, observations, state, starts):
+    """One step as the per-step replay computed it before the fused LSTM: the
+    encoder, then `torch.lstm_cell` on the LSTM's weights, then the heads."""
+    keep = (~starts).unsqueeze(1).float()
+    lstm = policy.lstm
+    h, c = torch.lstm_cell(policy.encoder(observations), (state[0] * keep, state[1] * keep),
+                           lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0)
+    return policy.actor_head(h), policy.critic_head(h).squeeze(-1), (h, c)
+
+
+def stepped(policy, batch, step) -> Evaluation:
+    """The reference: `step` (the rollout's `Policy.heads`, or `cell_heads`) called
+    once per time step, zeroing the state at each start."""
     state = (batch["h"], batch["c"])
     outputs = []
-    for step in range(LENGTH):
-        params, values, state = policy.heads(batch["obs"][:, step], state,
-                                             batch["starts"][:, step])
-        logprobs, entropy = policy.log_prob_entropy(params, batch["actions"][:, step])
+    for t in range(LENGTH):
+        params, values, state = step(batch["obs"][t], state, batch["starts"][t])
+        logprobs, entropy = policy.log_prob_entropy(params, batch["actions"][t])
         outputs.append((logprobs, entropy, values))
-    logprobs, entropy, values = (torch.stack(x, 1) for x in zip(*outputs))
+    logprobs, entropy, values = (torch.stack(x) for x in zip(*outputs))
     return Evaluation(logprobs, entropy, values, batch["live"], None)
+
+
+REFERENCES = {"cell": lambda policy, batch: stepped(policy, batch, partial(cell_heads, policy)),
+              "rollout": lambda policy, batch: stepped(policy, batch, policy.heads)}
 
 
 def scattered_starts():
     """Episode starts inside segments, at step 0, two in one row, and rows with none."""
-    starts = torch.zeros(SEGMENTS, LENGTH, dtype=torch.bool)
-    starts[0, 0] = starts[1, 3] = starts[2, 3] = starts[3, 7] = True
-    starts[4, 2] = starts[4, 8] = starts[5, LENGTH - 1] = True
+    starts = torch.zeros(LENGTH, SEGMENTS, dtype=torch.bool)
+    starts[0, 0] = starts[3, 1] = starts[3, 2] = starts[7, 3] = True
+    starts[2, 4] = starts[8, 4] = starts[LENGTH - 1, 5] = True
     return starts
 
 
 @pytest.mark.parametrize("action_space", [spaces.Discrete(4),
                                           spaces.Box(-1, 1, (3,), np.float32)])
 @pytest.mark.parametrize("starts_kind", ["scattered", "none", "every_step"])
-def test_fused_replay_equals_the_cell_stepped_per_time_step(action_space, starts_kind):
-    """Same log-probs, entropies, values, loss and gradient of every parameter."""
+@pytest.mark.parametrize("reference", sorted(REFERENCES))
+def test_fused_replay_equals_the_cell_stepped_per_time_step(action_space, starts_kind, reference):
+    """Same log-probs, entropies, values, loss and gradient of every parameter as the
+    LSTM cell stepped per time step, and as the rollout's own step function."""
     starts = {"scattered": scattered_starts(),
-              "none": torch.zeros(SEGMENTS, LENGTH, dtype=torch.bool),
-              "every_step": torch.rand(SEGMENTS, LENGTH,
+              "none": torch.zeros(LENGTH, SEGMENTS, dtype=torch.bool),
+              "every_step": torch.rand(LENGTH, SEGMENTS,
                                        generator=torch.Generator().manual_seed(3)) < 0.3}
     batch = make_batch(action_space, starts[starts_kind])
     train = TrainConfig(ent_coef=0.01, clip_vloss=True)
     results = []
-    for evaluate in (evaluate_segments, stepped):
+    for evaluate in (evaluate_segments, REFERENCES[reference]):
         policy = make_policy(action_space)
         evaluation = evaluate(policy, batch)
         loss, _stats = ppo_loss(evaluation, batch, train)
@@ -97,7 +115,7 @@ def test_a_missed_reset_would_be_seen():
     batch = make_batch(action_space, scattered_starts())
     policy = make_policy(action_space)
     with torch.no_grad():
-        reference = stepped(policy, batch)
+        reference = REFERENCES["cell"](policy, batch)
         _, no_resets = policy.replay(batch["obs"], (batch["h"], batch["c"]),
                                      torch.zeros_like(batch["starts"]))
     assert not torch.allclose(no_resets, reference.values, rtol=1e-3, atol=1e-4)
@@ -110,9 +128,9 @@ def test_replay_runs_one_fused_call_per_chunk_between_starts():
     policy = make_policy(action_space)
     calls = []
     policy.lstm.register_forward_hook(lambda module, inputs, output: calls.append(
-        inputs[0].shape[1]))
+        inputs[0].shape[0]))
     for starts, expected in ((scattered_starts(), [2, 1, 4, 1, 1, 1]),
-                             (torch.zeros(SEGMENTS, LENGTH, dtype=torch.bool), [LENGTH])):
+                             (torch.zeros(LENGTH, SEGMENTS, dtype=torch.bool), [LENGTH])):
         calls.clear()
         batch = make_batch(action_space, starts)
         with torch.no_grad():

@@ -58,12 +58,12 @@ def evaluate_flat(policy, batch, entropy: bool = True) -> Evaluation:
 
 def evaluate_segments(policy, batch, entropy: bool = True) -> Evaluation:
     """A recurrent policy replayed over whole segments from their saved state
-    (`Policy.replay`: the fused LSTM over every step at once); outputs are
-    [segments, length]."""
+    (`Policy.replay`: the fused LSTM over every step at once); inputs and outputs
+    are time-major, [length, segments]."""
     params, values = policy.replay(batch["obs"], (batch["h"], batch["c"]), batch["starts"])
     shape, samples = values.shape, values.numel()
 
-    def flat(x):  # [segments, length, ...] -> [samples, ...]: the distributions' layout
+    def flat(x):  # [length, segments, ...] -> [samples, ...]: the distributions' layout
         return None if x is None else x.reshape(samples, *x.shape[2:])
 
     params, mask = flat(params), flat(batch.get("action_mask"))
