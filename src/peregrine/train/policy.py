@@ -177,7 +177,8 @@ class Policy(nn.Module):
         into chunks at every time index where any row starts an episode; the rows
         that start there have their state zeroed between two chunks. Exact, and one
         fused call per chunk: few chunks when episodes are long against the segment,
-        one per step at worst (the cost of the loop it replaces)."""
+        one per step at worst (measured on DroneSwarm's minibatches: ~15% slower than
+        one chunk, still faster than the cell's separate ops)."""
         length, rows = starts.shape
         features = self.encoder(self._input(observations.reshape(length * rows, -1)))
         features = features.view(length, rows, -1)
