@@ -57,25 +57,23 @@ def evaluate_flat(policy, batch, entropy: bool = True) -> Evaluation:
 
 
 def evaluate_segments(policy, batch, entropy: bool = True) -> Evaluation:
-    """A recurrent policy replayed over whole segments from their saved state, one
-    time step at a time; outputs are [segments, length]."""
-    state = (batch["h"], batch["c"])
-    mask = batch.get("action_mask")
-    teacher_actions = batch.get("teacher_actions")
-    outputs = []
-    for step in range(batch["obs"].shape[1]):
-        params, values, state = policy.heads(batch["obs"][:, step], state, batch["starts"][:, step])
-        step_mask = None if mask is None else mask[:, step]
-        logprobs, step_entropy = policy.log_prob_entropy(params, batch["actions"][:, step],
-                                                         mask=step_mask)
-        teacher = None
-        if teacher_actions is not None:
-            teacher, _ = policy.log_prob_entropy(params, teacher_actions[:, step], False,
-                                                 step_mask)
-        outputs.append((logprobs, step_entropy, values, teacher))
-    logprobs, entropies, values, teacher = (
-        None if x[0] is None else torch.stack(x, 1) for x in zip(*outputs))
-    return Evaluation(logprobs, entropies, values, batch["live"], teacher)
+    """A recurrent policy replayed over whole segments from their saved state
+    (`Policy.replay`: the fused LSTM over every step at once); inputs and outputs
+    are time-major, [length, segments]."""
+    params, values = policy.replay(batch["obs"], (batch["h"], batch["c"]), batch["starts"])
+    shape, samples = values.shape, values.numel()
+
+    def flat(x):  # [length, segments, ...] -> [samples, ...]: the distributions' layout
+        return None if x is None else x.reshape(samples, *x.shape[2:])
+
+    params, mask = flat(params), flat(batch.get("action_mask"))
+    logprobs, entropies = policy.log_prob_entropy(params, flat(batch["actions"]), entropy, mask)
+    teacher = None
+    if "teacher_actions" in batch:
+        teacher, _ = policy.log_prob_entropy(params, flat(batch["teacher_actions"]), False, mask)
+        teacher = teacher.view(shape)
+    return Evaluation(logprobs.view(shape), None if entropies is None else entropies.view(shape),
+                      values, batch["live"], teacher)
 
 
 def ppo_loss(evaluation: Evaluation, batch, t, teacher_weight: float = 0.0, record: bool = True):

@@ -8,7 +8,8 @@ in place step by step (`record`), then read by the learner as minibatches:
 * `segment_minibatches` (recurrent policies): per epoch, a random permutation
   of whole `bptt`-step segments of single rows, each with the LSTM state saved
   at its first step (`record_state`), cut into minibatches of
-  `size // bptt` segments.
+  `size // bptt` segments. Their columns are time-major, [bptt, segments, ...]
+  (the fused LSTM's layout: no transposes around it), the states [segments, ...].
 
 Optional columns exist only when their feature is on: `action_mask` (the
 valid-action mask the sampling used), `teacher_actions` (kickstarting labels),
@@ -112,16 +113,16 @@ class RolloutStorage:
         length, rows = self.bptt, self.rows
         segments = self.horizon // length
 
-        def by_segment(tensor):  # [T, rows, ...] -> [segments * rows, length, ...]
+        def by_segment(tensor):  # [T, rows, ...] -> [length, segments * rows, ...]
             shaped = tensor.view(segments, length, rows, *tensor.shape[2:])
-            return shaped.transpose(1, 2).reshape(segments * rows, length, *tensor.shape[2:])
+            return shaped.transpose(0, 1).reshape(length, segments * rows, *tensor.shape[2:])
 
         columns = [("obs", self.obs), ("actions", self.actions)]
         columns += [(name, getattr(self, name)) for name in SCALARS]
         columns += [("starts", self.starts), ("live", self.live)] + self._optional(teacher)
         storage = {name: by_segment(tensor) for name, tensor in columns}
-        storage["h"] = self.segment_h.reshape(segments * rows, -1)
-        storage["c"] = self.segment_c.reshape(segments * rows, -1)
+        h = self.segment_h.reshape(segments * rows, -1)
+        c = self.segment_c.reshape(segments * rows, -1)
         total = segments * rows
         size = max(1, min(size // length, total))
 
@@ -129,7 +130,9 @@ class RolloutStorage:
             order = torch.randperm(total, generator=generator, device=self.device)
             for begin in range(0, total, size):
                 index = order[begin:begin + size]
-                yield {name: tensor[index] for name, tensor in storage.items()}, \
-                    begin + size >= total
+                # index_select, not tensor[:, index]: 4x faster on the CPU along dim 1.
+                batch = {name: tensor.index_select(1, index) for name, tensor in storage.items()}
+                batch["h"], batch["c"] = h.index_select(0, index), c.index_select(0, index)
+                yield batch, begin + size >= total
 
         return (epoch() for _ in range(epochs))
