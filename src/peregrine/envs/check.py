@@ -24,6 +24,8 @@ new env, then run it before anything else.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 STEPS = 120
@@ -56,7 +58,7 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def check_env(env, steps: int = STEPS) -> None:
+def check_env(env: str | Any, steps: int = STEPS) -> None:
     """Checks a registered env (by name) or a batch against the contract."""
     factory = _factory(env)
     batch = factory(NUM_ENVS, 0, 1) if isinstance(env, str) else env

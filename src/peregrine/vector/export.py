@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import Env, spaces
@@ -28,6 +29,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..envs.render_cli import RENDERERS
 from ..registry import env_class
+
+if TYPE_CHECKING:   # stable-baselines3 is optional
+    from stable_baselines3.common.vec_env import VecEnv
 
 AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
 
@@ -481,10 +485,11 @@ class GymnasiumEnv(Env):
 
 
 def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
-                         seed: int | None = None, autoreset_mode=None,
+                         seed: int | None = None,
+                         autoreset_mode: AutoresetMode | str | None = None,
                          record_episode_statistics: bool = True,
                          render_mode: str | None = None, max_episode_steps: int | None = None,
-                         **config) -> GymnasiumVectorEnv:
+                         **config: Any) -> GymnasiumVectorEnv:
     """gymnasium.make_vec's entry point: a native batch of `num_envs` instances
     of env `name` behind GymnasiumVectorEnv (one sub-env per agent row).
     num_threads and the env's config fields (and preset=) go to the batch;
@@ -505,7 +510,7 @@ def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
 
 # ---- Stable-Baselines3 ---------------------------------------------------------------------------
 
-def sb3_vec_env(env, render_mode: str | None = None):
+def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
     """An SB3 VecEnv over a Peregrine env (requires stable-baselines3).
 
     render_mode="rgb_array" (envs with a renderer) gives SB3's render() and
