@@ -332,8 +332,16 @@ def test_public_check_env_names_the_broken_rule():
                 self.observations[0, 0] = np.nan
             return result
 
+    class Racy(CartPole):             # threads disagree past the first block of instances
+        def step(self, actions, hold=None):
+            result = super().step(actions, hold)
+            if self.num_threads > 1 and self.num_envs > 16:
+                self.rewards[16:] += 0.5
+            return result
+
     cases = [(Copying, "own buffers"), (Unseeded, "restart the random streams"),
-             (Lenient, "must refuse"), (NaNTorque, "NaN/inf continuous actions")]
+             (Lenient, "must refuse"), (NaNTorque, "NaN/inf continuous actions"),
+             (Racy, "any num_threads")]
     for cls, rule in cases:
         env = cls(num_envs=4, seed=0)
         with pytest.raises(EnvContractError, match=rule):
