@@ -4,14 +4,17 @@
     python benchmarks/bench_cold_start.py --runs 11 --breakdown
     python benchmarks/bench_cold_start.py --source /tmp/old/src   # compare with another tree
     python benchmarks/bench_cold_start.py --monitor          # with the dashboard child
+    python benchmarks/bench_cold_start.py --detach           # headless (`--detach`)
 
 Each run is a fresh interpreter doing exactly what a user types,
 `peregrine train cartpole` with the shipped config (here
 `python -m peregrine.cli train cartpole --run-dir TMP`, plain progress lines
-since stdout is a pipe), timed from process start to exit, like hyperfine.
-It reports the median, min and max wall time and the median training time the
-run itself prints ("N steps in X s of training"), so the rest (interpreter,
-imports, env build, checkpoint, PNG) is their difference. With `--source`,
+since stdout is a pipe; `--detach` for the headless mode), timed from process
+start to exit, like hyperfine. It reports the median, min and max wall time and
+the median training time the run itself prints ("N steps in X s of training"),
+so the rest (interpreter, imports, env build, checkpoint, PNG) is their
+difference, and how many runs were solved (the final "recent mean return" at
+least CartPole-v1's 475) with their checkpoint saved. With `--source`,
 the runs alternate between this tree and each given source folder (its
 `peregrine` package first on PYTHONPATH), so load on a shared machine hits
 all alike; the ratio to the first is printed.
@@ -34,9 +37,11 @@ from pathlib import Path
 
 HERE_SOURCE = Path(__file__).resolve().parents[1] / "src"
 TRAINING = re.compile(r"([\d,]+) steps in ([\d.]+) s of training")
+RECENT = re.compile(r"recent mean return ([\d.]+)")
+SOLVED = 475.0   # Gymnasium's CartPole-v1 threshold, the shipped config's stop_return
 
 
-TRAIN_FLAGS: list[str] = []   # --monitor adds the dashboard child, as on a terminal
+TRAIN_FLAGS: list[str] = []   # --monitor or --detach, as given
 
 
 def command(run_dir: Path, extra=()) -> list[str]:
@@ -59,9 +64,10 @@ def one_run(source: Path, scratch: Path, index: int) -> dict:
         raise SystemExit(f"run failed ({result.returncode}):\n{result.stderr}")
     match = TRAINING.search(result.stdout)
     saved = (run_dir / "checkpoints" / "latest.pt").is_file()
+    recent = RECENT.search(result.stdout)
     return {"wall": wall, "training": float(match.group(2)) if match else float("nan"),
             "steps": int(match.group(1).replace(",", "")) if match else 0, "saved": saved,
-            "solved": "finished" in result.stdout}
+            "solved": recent is not None and float(recent.group(1)) >= SOLVED}
 
 
 def breakdown(source: Path, scratch: Path, top: int = 10) -> None:
@@ -87,21 +93,26 @@ def main() -> int:
     parser.add_argument("--source", action="append", default=[], type=Path,
                         help="another src folder to compare (repeatable)")
     parser.add_argument("--breakdown", action="store_true", help="one -X importtime run")
-    parser.add_argument("--monitor", action="store_true",
-                        help="train with --monitor (the dashboard a terminal gets by default)")
+    display = parser.add_mutually_exclusive_group()
+    display.add_argument("--monitor", action="store_true",
+                         help="train with --monitor (the dashboard a terminal gets by default)")
+    display.add_argument("--detach", action="store_true", help="train with --detach (headless)")
     args = parser.parse_args()
-    if args.monitor:
-        TRAIN_FLAGS.append("--monitor")
+    if args.monitor or args.detach:
+        TRAIN_FLAGS.append("--monitor" if args.monitor else "--detach")
     sources = [HERE_SOURCE, *args.source]
     results = {source: [] for source in sources}
     with tempfile.TemporaryDirectory(prefix="peregrine-cold-") as scratch:
         scratch = Path(scratch)
+        start_load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         one_run(sources[0], scratch, -1)  # warm the file cache; not counted
         for index in range(args.runs):
             for source in sources:
                 results[source].append(one_run(source, scratch / str(len(results[source])), index))
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-        print(f"{args.runs} runs each, {os.cpu_count()} CPUs, load average {load:.2f} at the end")
+        print("command: " + " ".join(command(Path("RUN_DIR"))))
+        print(f"{args.runs} runs each, {os.cpu_count()} CPUs, load average {start_load:.2f} at "
+              f"the start, {load:.2f} at the end")
         first = None
         for source, runs in results.items():
             walls = [r["wall"] for r in runs]
@@ -111,6 +122,7 @@ def main() -> int:
             print(f"{str(source):<50} median {median:5.2f} s (min {min(walls):.2f}, max "
                   f"{max(walls):.2f}); training {training:.2f} s, rest {median - training:.2f} s; "
                   f"steps {statistics.median(r['steps'] for r in runs):,.0f}; "
+                  f"solved {sum(r['solved'] for r in runs)}/{len(runs)}, "
                   f"saved {sum(r['saved'] for r in runs)}/{len(runs)}; x{median / first:.2f}")
         if args.breakdown:
             breakdown(sources[0], scratch)
