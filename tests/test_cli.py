@@ -117,18 +117,36 @@ PUBLIC_FUNCTIONS = [
     ("peregrine.train.checkpoint", "env_kwargs"), ("peregrine.envs.drone_swarm", "parallel_env"),
 ]
 
+# ... and the classes those return, whose public methods users call.
+PUBLIC_CLASSES = [
+    ("peregrine.envs.native_env", "NativeEnv"), ("peregrine.envs.device", "DeviceEnv"),
+    ("peregrine.vector", "Serial"), ("peregrine.vector", "Multiprocessing"),
+    ("peregrine.vector", "GymnasiumEnv"), ("peregrine.vector", "GymnasiumVectorEnv"),
+    ("peregrine.envs.drone_swarm.parallel", "DroneSwarmParallelEnv"),
+    ("peregrine.train.checkpoint", "Actor"),
+]
+
 
 def test_public_functions_are_annotated_and_the_package_is_typed():
     import importlib
     import inspect
     from pathlib import Path
+    callables = [(f"{module}.{name}", getattr(importlib.import_module(module), name))
+                 for module, name in PUBLIC_FUNCTIONS]
+    for module, name in PUBLIC_CLASSES:
+        cls = getattr(importlib.import_module(module), name)
+        callables += [(f"{module}.{name}.{attribute}", value)
+                      for attribute, value in vars(cls).items()
+                      if inspect.isfunction(value)
+                      and (attribute == "__init__" or not attribute.startswith("_"))]
     unannotated = []
-    for module_name, name in PUBLIC_FUNCTIONS:
-        signature = inspect.signature(getattr(importlib.import_module(module_name), name))
+    for label, function in callables:
+        signature = inspect.signature(function)
         if signature.return_annotation is inspect.Signature.empty:
-            unannotated.append(f"{module_name}.{name} -> ?")
-        unannotated += [f"{module_name}.{name}({p})" for p in signature.parameters.values()
-                        if p.annotation is inspect.Parameter.empty]
+            unannotated.append(f"{label} -> ?")
+        unannotated += [f"{label}({p.name})" for p in signature.parameters.values()
+                        if p.annotation is inspect.Parameter.empty
+                        and p.name not in ("self", "cls")]
     assert unannotated == []
     assert (Path(peregrine.__file__).parent / "py.typed").is_file()
 

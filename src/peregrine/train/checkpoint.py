@@ -23,6 +23,8 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
+    import gymnasium
+
     from ..envs.native_env import NativeEnv
     from .normalize import ObservationNormalizer
     from .policy import Policy
@@ -127,8 +129,9 @@ class Actor:
     train.normalize_obs) is applied, frozen, to every observation first.
     """
 
-    def __init__(self, policy, action_space, obs_normalizer=None, mask_slice=None,
-                 generator: torch.Generator | None = None):
+    def __init__(self, policy: Policy, action_space: gymnasium.Space,
+                 obs_normalizer: ObservationNormalizer | None = None,
+                 mask_slice: slice | None = None, generator: torch.Generator | None = None) -> None:
         self.policy = policy
         # With a generator the actor samples as in training (same mask and
         # normalisation) instead of taking the mode.
@@ -143,11 +146,11 @@ class Actor:
         self.state = None
         self.starts = None
 
-    def reset(self, env=None) -> None:
+    def reset(self, env: Any = None) -> None:
         """Forgets recurrent state (new episodes); `env` is accepted and unused."""
         self.state = None
 
-    def observe_done(self, terminals, truncations) -> None:
+    def observe_done(self, terminals: np.ndarray, truncations: np.ndarray) -> None:
         self.starts = torch.from_numpy(np.asarray(terminals) | np.asarray(truncations))
 
     @torch.no_grad()
