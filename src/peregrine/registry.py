@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, overload
 
-if TYPE_CHECKING:   # for annotations only: the envs load on first use
+if TYPE_CHECKING:   # for annotations only: the envs (and torch) load on first use
+    import torch
+
     from .envs.device import DeviceEnv
     from .envs.native_env import NativeEnv
 
@@ -49,8 +51,18 @@ def env_class(name: str) -> type[NativeEnv]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
+@overload
 def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
-         device: str | None = None, **config: Any) -> NativeEnv | DeviceEnv:
+         device: None = None, **config: Any) -> NativeEnv: ...
+
+
+@overload
+def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1, *,
+         device: str | torch.device, **config: Any) -> DeviceEnv: ...
+
+
+def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
+         device: str | torch.device | None = None, **config: Any) -> NativeEnv | DeviceEnv:
     """Creates a batch of `num_envs` instances of env `name`.
 
     Keyword arguments beyond the ones shown are the env's config fields (see

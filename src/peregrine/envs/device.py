@@ -353,7 +353,7 @@ class DeviceEnv:
         self._kernels.pull()
         return np.stack([self.host.get_state(i) for i in range(self.num_envs)])
 
-    def set_states(self, states: np.ndarray | torch.Tensor) -> None:
+    def set_states(self, states: np.ndarray | torch.Tensor | dict[int, np.ndarray]) -> None:
         """Overwrites instances' states: `states` is [num_envs, state_size], or a
         mapping {instance: state}; one transfer each way."""
         items = states.items() if isinstance(states, dict) else enumerate(states)

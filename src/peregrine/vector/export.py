@@ -392,7 +392,7 @@ class GymnasiumVectorEnv(VectorEnv):
     def set_attr(self, name: str, values: Any) -> None:
         _set_batch_attr(self, self.env, name, values)
 
-    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple:
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple | None:
         """Calls the batch's method `name` once (every row shares it); its result
         is repeated per sub-env. A non-callable attribute is read like get_attr."""
         if name == "render":
