@@ -75,10 +75,23 @@ def test_scalar_actions_are_refused():
 
 # ---- sizes -----------------------------------------------------------------------------
 
-@pytest.mark.parametrize("num_envs", [2**26 + 1, 2**31, 2**70, 1e12])
-def test_huge_num_envs_is_refused_before_allocating(num_envs):
-    with pytest.raises(ValueError, match=r"num_envs must be an int in \[1, 67108864\]"):
+@pytest.mark.parametrize("num_envs", [-1, 2.0, 2**26 + 1, 2**31, 2**70, 1e12])
+def test_negative_non_integer_or_huge_num_envs_is_refused_before_allocating(num_envs):
+    message = r"num_envs must be an int in \[1, 67108864\]"
+    with pytest.raises(ValueError, match=message):
         peregrine.make("cartpole", num_envs=num_envs)
+    with pytest.raises(ValueError, match=message):
+        gymnasium.make_vec("peregrine/CartPole-v1", num_envs=num_envs)
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+@pytest.mark.parametrize("name", ["num_envs", "num_workers", "num_threads"])
+@pytest.mark.parametrize("value", [-1, 2.0, "4"])
+def test_vector_backends_refuse_negative_or_non_integer_counts(backend, name, value):
+    before = shm_segments()
+    with pytest.raises(ValueError, match=f"{name} must be an int >= 1, got {value!r}"):
+        pv.make("cartpole", backend=backend, **{"num_envs": 4, name: value})
+    assert shm_segments() == before
 
 
 @pytest.mark.parametrize("num_threads", [-1, 257, 10**6])

@@ -103,3 +103,65 @@ def test_tensorboard_absent_is_a_notice_and_present_gets_the_config_as_text(tmp_
                        config_toml="[train]\nseed = 1\n")
     logger.close("finished")
     assert texts == [("hyperparameters", "```toml\n[train]\nseed = 1\n\n```", 0)]
+
+
+# The public API as the README and the package docstrings name it: what users
+# call and what a type checker reads through py.typed.
+PUBLIC_FUNCTIONS = [
+    ("peregrine", "make"), ("peregrine", "list_envs"), ("peregrine.registry", "env_class"),
+    ("peregrine.vector", "make"), ("peregrine.vector", "gymnasium_vector_env"),
+    ("peregrine.vector", "sb3_vec_env"), ("peregrine.envs", "check_env"),
+    ("peregrine.train", "train"), ("peregrine.train", "load_config"),
+    ("peregrine.train", "load_actor"), ("peregrine.train.run", "load_run_config"),
+    ("peregrine.train.checkpoint", "load_actor"), ("peregrine.train.checkpoint", "make_env"),
+    ("peregrine.train.checkpoint", "env_kwargs"), ("peregrine.envs.drone_swarm", "parallel_env"),
+]
+
+# ... and the classes those return, whose public methods users call.
+PUBLIC_CLASSES = [
+    ("peregrine.envs.native_env", "NativeEnv"), ("peregrine.envs.device", "DeviceEnv"),
+    ("peregrine.vector", "Serial"), ("peregrine.vector", "Multiprocessing"),
+    ("peregrine.vector", "GymnasiumEnv"), ("peregrine.vector", "GymnasiumVectorEnv"),
+    ("peregrine.envs.drone_swarm.parallel", "DroneSwarmParallelEnv"),
+    ("peregrine.train.checkpoint", "Actor"),
+]
+
+
+def test_public_functions_are_annotated_and_the_package_is_typed():
+    import importlib
+    import inspect
+    from pathlib import Path
+    callables = [(f"{module}.{name}", getattr(importlib.import_module(module), name))
+                 for module, name in PUBLIC_FUNCTIONS]
+    for module, name in PUBLIC_CLASSES:
+        cls = getattr(importlib.import_module(module), name)
+        callables += [(f"{module}.{name}.{attribute}", value)
+                      for attribute, value in vars(cls).items()
+                      if inspect.isfunction(value)
+                      and (attribute == "__init__" or not attribute.startswith("_"))]
+    unannotated = []
+    for label, function in callables:
+        signature = inspect.signature(function)
+        if signature.return_annotation is inspect.Signature.empty:
+            unannotated.append(f"{label} -> ?")
+        unannotated += [f"{label}({p.name})" for p in signature.parameters.values()
+                        if p.annotation is inspect.Parameter.empty
+                        and p.name not in ("self", "cls")]
+    assert unannotated == []
+    assert (Path(peregrine.__file__).parent / "py.typed").is_file()
+
+
+def test_version_is_written_once():
+    """pyproject.toml reads the version from peregrine.__version__, so the installed
+    metadata (what --version prints) and the package cannot disagree."""
+    from importlib import metadata
+    from pathlib import Path
+    try:
+        import tomllib
+    except ImportError:  # Python 3.10
+        import tomli as tomllib
+    pyproject = tomllib.loads((Path(__file__).parents[1] / "pyproject.toml").read_text())
+    assert "version" not in pyproject["project"] and "version" in pyproject["project"]["dynamic"]
+    assert pyproject["tool"]["setuptools"]["dynamic"]["version"] == {"attr": "peregrine.__version__"}
+    assert "py.typed" in pyproject["tool"]["setuptools"]["package-data"]["*"]
+    assert metadata.version("peregrine-rl") == peregrine.__version__

@@ -34,7 +34,13 @@ def main(argv=None) -> int:
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="peregrine", description="Reinforcement learning built for throughput.")
-    top.add_argument("--version", action="version", version=f"peregrine {version()}")
+    # Printed here rather than by argparse's version action, which would need the
+    # string at every start of every command: importing importlib.metadata takes
+    # tens of milliseconds, a cost the torch-free commands (envs, bench) need not pay.
+    top.add_argument("--version", action="store_true", help="print the version and exit")
+    if argv[:1] == ["--version"]:
+        print(f"peregrine {version()}")
+        return 0
     top.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
                      help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
     if not argv or argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:

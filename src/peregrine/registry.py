@@ -11,6 +11,13 @@ from __future__ import annotations
 
 import importlib
 import sys
+from typing import TYPE_CHECKING, Any, overload
+
+if TYPE_CHECKING:   # for annotations only: the envs (and torch) load on first use
+    import torch
+
+    from .envs.device import DeviceEnv
+    from .envs.native_env import NativeEnv
 
 # name -> "module:Class". Adding an env is one line here (plus its folder).
 ENVS = {
@@ -37,15 +44,25 @@ GYMNASIUM_IDS = {
 GYMNASIUM_NAMESPACE = "peregrine"
 
 
-def env_class(name: str):
+def env_class(name: str) -> type[NativeEnv]:
     if name not in ENVS:
         raise ValueError(f"unknown env {name!r}; available: {sorted(ENVS)}")
     module_name, class_name = ENVS[name].split(":")
     return getattr(importlib.import_module(module_name), class_name)
 
 
+@overload
 def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
-         device=None, **config):
+         device: None = None, **config: Any) -> NativeEnv: ...
+
+
+@overload
+def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1, *,
+         device: str | torch.device, **config: Any) -> DeviceEnv: ...
+
+
+def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
+         device: str | torch.device | None = None, **config: Any) -> NativeEnv | DeviceEnv:
     """Creates a batch of `num_envs` instances of env `name`.
 
     Keyword arguments beyond the ones shown are the env's config fields (see

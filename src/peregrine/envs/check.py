@@ -11,12 +11,17 @@ every rule holds. The rules are the ones `envs/native/pg_env.h` and the README's
 * spaces and buffers agree (shapes, dtypes, one row per agent, masks set);
 * `step` returns the env's own buffers, updated in place, finite numbers, and a row
   is never terminal and truncated at once;
-* the same seed gives bit-identical results (for a registered env or a NativeEnv:
-  two fresh batches, at 1 and 3 threads), and `reset(seed=...)` restarts the streams;
-* bad actions (wrong dtype, shape, a list, out-of-range discrete values) are refused
-  with a ValueError and change nothing; NaN/inf continuous actions keep everything
-  finite;
-* `instance_stats` splits `episode_stats` by instance;
+* the same seed gives bit-identical results (final observations and episode
+  statistics included), `reset(seed=...)` restarts the streams, another seed gives
+  other episodes, and the instances of a batch do not replay one stream; for a
+  registered env or a NativeEnv also a fresh batch made with that seed, and fresh
+  batches of 37 instances (three thread blocks) at 1, 2 and 5 threads;
+* bad actions are refused with a ValueError that names the problem and change
+  nothing: a wrong dtype ("dtype"), shape ("shape"), a list, a strided array
+  ("contiguous"), discrete values out of range in the first or last row ("row N ...
+  out of range"); NaN, inf and +-1e30 continuous actions keep everything finite;
+* `instance_stats` splits `episode_stats` by instance (stepped until an episode
+  ends, within a bound), and reading the aggregate with clear=True clears both;
 * `get_state`/`set_state` round-trip, where the batch has them.
 
 The test suite runs it on every registered env (tests/test_env_contract.py); write a
@@ -24,10 +29,20 @@ new env, then run it before anything else.
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 STEPS = 120
 NUM_ENVS = 7
+# The C loop hands threads whole blocks of 16 instances (PG_RANGE_ALIGN in
+# native/binding.h): a batch of one block runs on one thread whatever num_threads
+# says, so the thread-count check uses three blocks, the last one partial.
+THREAD_CHECK_ENVS = 37
+THREAD_COUNTS = (1, 2, 5)   # one thread, fewer threads than blocks, more than blocks
+# Steps the statistics check takes at most while waiting for an episode to end.
+STATS_MAX_STEPS = 5000
+HOSTILE_FLOATS = (np.nan, np.inf, -np.inf, 1e30, -1e30)
 
 
 class EnvContractError(ValueError):
@@ -45,10 +60,20 @@ def _actions(env, count: int, seed: int) -> list[np.ndarray]:
 
 
 def _trace(env, actions) -> list[np.ndarray]:
+    """Everything a step writes, for each step; then the statistics of the episodes
+    that ended in these steps (statistics outlive resets, so earlier ones are cleared)."""
     rows = []
+    final = getattr(env, "final_observations", None)
+    if hasattr(env, "episode_stats"):
+        env.episode_stats(clear=True)
     for batch in actions:
         obs, rewards, terminals, truncations, _ = env.step(batch)
         rows += [obs.copy(), rewards.copy(), terminals.copy(), truncations.copy()]
+        if final is not None:
+            rows.append(final.copy())
+    if hasattr(env, "episode_stats"):
+        stats = env.episode_stats()
+        rows.append(np.array([stats.count, *stats.mean.values(), *stats.std.values()]))
     return rows
 
 
@@ -56,7 +81,7 @@ def _same(a, b) -> bool:
     return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
 
 
-def check_env(env, steps: int = STEPS) -> None:
+def check_env(env: str | Any, steps: int = STEPS) -> None:
     """Checks a registered env (by name) or a batch against the contract."""
     factory = _factory(env)
     batch = factory(NUM_ENVS, 0, 1) if isinstance(env, str) else env
@@ -64,7 +89,8 @@ def check_env(env, steps: int = STEPS) -> None:
         _check_spaces_and_step(batch)
         _check_seeding(batch, factory, steps)
         _check_bad_actions(batch)
-        _check_statistics(batch, steps)
+        _check_non_finite_actions(batch)
+        _check_statistics(batch)
         _check_state(batch)
     finally:
         if batch is not env:
@@ -123,56 +149,93 @@ def _check_seeding(env, factory, steps: int) -> None:
     _require(_same(first, _trace(env, actions)),
              "reset(seed=s) must restart the random streams: the same seed and actions "
              "must repeat the same results")
+    seeded = {}
+    for seed in (6, 5):
+        env.reset(seed=seed)
+        seeded[seed] = [env.step(batch)[0].copy() for batch in actions]
+    _require(not _same(seeded[5], seeded[6]), "another seed must give other episodes")
+    if env.num_agents > 1:
+        _require(any(not np.array_equal(obs[0], obs[-1]) for obs in seeded[5]),
+                 "the instances of a batch must have their own random streams, not "
+                 "replay one")
     if factory is None:
         return
+    twin = factory(env.num_envs, 5, 1)
+    try:
+        _require(_same(first, _trace(twin, actions)),
+                 "a batch made with seed s must play as one reset with seed s")
+    finally:
+        twin.close()
     traces = []
-    for threads in (1, 3):
-        twin = factory(env.num_envs, 5, threads)
+    for threads in THREAD_COUNTS:
+        twin = factory(THREAD_CHECK_ENVS, 5, threads)
         try:
-            traces.append(_trace(twin, actions))
+            traces.append(_trace(twin, _actions(twin, steps, seed=6)))
         finally:
             twin.close()
-    _require(_same(traces[0], traces[1]),
+    _require(all(_same(traces[0], trace) for trace in traces[1:]),
              "the same seed must give bit-identical results for any num_threads")
-    _require(_same(first, traces[0]),
-             "a batch made with seed s must play as one reset with seed s")
+
+
+def _refuses(env, actions, what: str, names: str, before) -> None:
+    """`step(actions)` must raise a ValueError whose message has `names` in it and
+    leave the observations as they were."""
+    try:
+        env.step(actions)
+    except ValueError as error:
+        _require(names.lower() in str(error).lower(),
+                 f"step's error for {what} must name the problem ({names!r}), got: {error}")
+    else:
+        raise EnvContractError(f"step must refuse {what} with a ValueError")
+    _require(np.array_equal(env.observations, before),
+             f"a refused step ({what}) must not change the env")
 
 
 def _check_bad_actions(env) -> None:
     good = _actions(env, 1, seed=3)[0]
     before = env.observations.copy()
     other = np.float64 if good.dtype == np.float32 else np.int64
-    wrong = {"a wrong dtype": good.astype(other), "a wrong shape": good[:-1],
-             "a list": good.tolist()}
-    if good.dtype == np.int32:
-        space = env.single_action_space
-        high = np.asarray(getattr(space, "nvec", getattr(space, "n", 0))).max()
-        too_big = good.copy()
-        too_big.reshape(good.shape[0], -1)[-1] = high
-        wrong["an out-of-range discrete action"] = too_big
-    for what, actions in wrong.items():
-        try:
-            env.step(actions)
-        except ValueError:
-            pass
-        else:
-            raise EnvContractError(f"step must refuse {what} with a ValueError")
-        _require(np.array_equal(env.observations, before),
-                 f"a refused step ({what}) must not change the env")
-    if good.dtype == np.float32:
-        for value in (np.nan, np.inf, -np.inf):
-            obs, rewards, *_ = env.step(np.full(good.shape, value, np.float32))
+    _refuses(env, good.astype(other), "a wrong dtype", "dtype", before)
+    _refuses(env, good[:-1], "a wrong shape", "shape", before)
+    _refuses(env, good.tolist(), "a list", "", before)
+    _refuses(env, np.repeat(good, 2, axis=0)[::2], "a strided array", "contiguous", before)
+    if good.dtype != np.int32:
+        return
+    space = env.single_action_space
+    high = np.asarray(getattr(space, "nvec", getattr(space, "n", 0))).max()
+    for row in (0, good.shape[0] - 1):
+        for value, what in ((high, "too large"), (-1, "negative")):
+            bad = good.copy()
+            bad.reshape(good.shape[0], -1)[row] = value
+            _refuses(env, bad, f"a discrete action {what} in row {row}", f"row {row}", before)
+            _refuses(env, bad, f"a discrete action {what} in row {row}", "out of range", before)
+
+
+def _check_non_finite_actions(env) -> None:
+    if env.actions.dtype != np.float32:
+        return
+    for value in HOSTILE_FLOATS:
+        for _ in range(30):
+            obs, rewards, *_ = env.step(np.full(env.actions.shape, value, np.float32))
             _require(np.isfinite(obs).all() and np.isfinite(rewards).all(),
-                     "NaN/inf continuous actions must keep observations and rewards finite")
+                     f"continuous actions of {value} must keep observations and rewards "
+                     f"finite")
 
 
-def _check_statistics(env, steps: int) -> None:
+def _check_statistics(env) -> None:
     if not hasattr(env, "instance_stats"):
         return
     env.episode_stats(clear=True)
-    for actions in _actions(env, steps, seed=4):
-        env.step(actions)
+    actions = _actions(env, 100, seed=4)
+    for step in range(STATS_MAX_STEPS):
+        env.step(actions[step % len(actions)])
+        if step % 100 == 99 and np.sum(env.instance_stats(clear=False)[0]) > 0:
+            break
     episodes, sums = env.instance_stats(clear=False)
+    _require(np.shape(episodes) == (env.num_envs,)
+             and np.shape(sums) == (env.num_envs, len(env.stat_names)),
+             "instance_stats must return (episodes per instance, sums per instance and "
+             "statistic)")
     aggregate = env.episode_stats(clear=True)
     _require(int(np.sum(episodes)) == aggregate.count,
              "instance_stats must count the episodes episode_stats counts")
@@ -181,6 +244,8 @@ def _check_statistics(env, steps: int) -> None:
             mean = float(np.sum(sums[:, column])) / aggregate.count
             _require(np.isclose(mean, aggregate.mean[name], rtol=1e-9, atol=1e-9),
                      f"instance_stats sums of {name} must average to episode_stats' mean")
+    _require(int(np.sum(env.instance_stats()[0])) == 0,
+             "episode_stats(clear=True) must clear the per-instance statistics too")
 
 
 def _check_state(env) -> None:

@@ -35,11 +35,14 @@ from __future__ import annotations
 
 import ctypes
 import struct
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from .native_env import BUFFER_NAMES, EpisodeStats, NativeEnv, resolve_seed
+
+if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
+    import torch
 
 THREADS_PER_BLOCK = 128
 ACTION_ERRORS = ("out-of-range discrete action component(s), replaced by 0",
@@ -218,7 +221,7 @@ class DeviceEnv:
 
     def __init__(self, env_class: type[NativeEnv], num_envs: int = 1, seed: int | None = None,
                  device: Any = "cuda", num_threads: int = 1, preset: str = "default",
-                 **config):
+                 **config: Any) -> None:
         torch = _torch()
         self._torch = torch
         try:
@@ -260,7 +263,7 @@ class DeviceEnv:
         self.reset(seed)
 
     # ---- the loop -------------------------------------------------------------
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         """Fresh episodes everywhere; with a seed, every instance's stream
         restarts from (seed, instance). Returns (observations, {})."""
         self._kernels.reset(None if seed is None else resolve_seed(seed))
@@ -270,7 +273,8 @@ class DeviceEnv:
         """Restarts every stream from (seed, instance) without a reset."""
         self._kernels.seed_streams(resolve_seed(seed))
 
-    def step(self, actions):
+    def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
+                                                   torch.Tensor, dict]:
         """Steps every instance with `actions`, a tensor on this env's device
         with the action buffer's dtype and shape (or the `actions` buffer
         itself). Returns (observations, rewards, terminals, truncations, {}),
@@ -321,7 +325,7 @@ class DeviceEnv:
         return EpisodeStats.from_sums(self.stat_names, int(totals[0]), totals[1:1 + k],
                                       totals[1 + k:])
 
-    def instance_stats(self, clear: bool = True):
+    def instance_stats(self, clear: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
         """(episodes [num_envs] int64, sums [num_envs, k] float64), tensors on
         this env's device, since the last clearing read."""
         k = len(self.stat_names)
@@ -340,7 +344,7 @@ class DeviceEnv:
         self._kernels.pull()
         return self.host.get_state(instance)
 
-    def set_state(self, instance: int, state) -> None:
+    def set_state(self, instance: int, state: np.ndarray) -> None:
         """Overwrites one instance's state; its observation rows are rewritten."""
         self.set_states({instance: state})
 
@@ -349,7 +353,7 @@ class DeviceEnv:
         self._kernels.pull()
         return np.stack([self.host.get_state(i) for i in range(self.num_envs)])
 
-    def set_states(self, states) -> None:
+    def set_states(self, states: np.ndarray | torch.Tensor | dict[int, np.ndarray]) -> None:
         """Overwrites instances' states: `states` is [num_envs, state_size], or a
         mapping {instance: state}; one transfer each way."""
         items = states.items() if isinstance(states, dict) else enumerate(states)

@@ -31,6 +31,10 @@ from gymnasium.vector.utils import batch_space
 
 BUFFER_NAMES = ("observations", "final_observations", "actions", "rewards",
                 "terminals", "truncations", "masks")
+# What reset and step return, for annotations: the env's own buffers (observations;
+# rewards, terminals, truncations) and an infos dict.
+ResetResult = tuple[np.ndarray, dict]
+StepResult = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]
 
 
 @dataclass
@@ -185,7 +189,8 @@ class NativeEnv:
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
 
     def __init__(self, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
-                 buffers=None, preset: str = "default", **config):
+                 buffers: dict[str, np.ndarray] | None = None, preset: str = "default",
+                 **config: Any) -> None:
         limits = self.native_module
         if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) \
                 or not 1 <= num_envs <= limits.MAX_NUM_ENVS:
@@ -269,11 +274,11 @@ class NativeEnv:
         return resolved
 
     # ---- spaces -------------------------------------------------------------
-    def observation_bounds(self):
+    def observation_bounds(self) -> tuple[Any, Any]:
         """(low, high) per observation feature; unbounded unless overridden."""
         return -np.inf, np.inf
 
-    def make_observation_space(self, dims):
+    def make_observation_space(self, dims: dict) -> spaces.Box:
         if dims["obs_dtype"] == "uint8":
             return spaces.Box(0, 255, (self.obs_dim,), np.uint8)
         low, high = self.observation_bounds()
@@ -291,7 +296,7 @@ class NativeEnv:
         return spaces.Box(-1.0, 1.0, (dims["action_dim"],), np.float32)
 
     # ---- the loop -------------------------------------------------------------
-    def reset(self, seed: int | None = None):
+    def reset(self, seed: int | None = None) -> ResetResult:
         """Starts fresh episodes in every instance.
 
         With a seed, every instance restarts its own stream derived from
@@ -303,7 +308,7 @@ class NativeEnv:
         self._batch.reset()
         return self.observations, {}
 
-    def reset_instances(self, mask, seeds=None):
+    def reset_instances(self, mask: np.ndarray, seeds: np.ndarray | None = None) -> ResetResult:
         """Starts fresh episodes in the instances where `mask` (bool
         [num_envs]) is True; the others carry on untouched.
 
@@ -338,7 +343,7 @@ class NativeEnv:
         without resetting any episode (exact resume uses this)."""
         self._batch.seed(resolve_seed(seed))
 
-    def step(self, actions, hold=None):
+    def step(self, actions: np.ndarray, hold: np.ndarray | None = None) -> StepResult:
         """Steps every instance with `actions` (one row per agent).
 
         Returns (observations, rewards, terminals, truncations, infos): the
@@ -392,7 +397,7 @@ class NativeEnv:
     def get_state(self, instance: int) -> np.ndarray:
         return np.asarray(self._batch.get_state(instance), dtype=np.float64)
 
-    def set_state(self, instance: int, state) -> None:
+    def set_state(self, instance: int, state: np.ndarray) -> None:
         """Overwrites one instance's state; its observation rows are rewritten."""
         self._batch.set_state(instance, [float(v) for v in np.asarray(state).ravel()])
 

@@ -15,16 +15,25 @@ Importing this package does not import torch; the functions below do.
 """
 from __future__ import annotations
 
+import os
+from typing import TYPE_CHECKING, Any
+
 from .config import Config, load_config
+
+if TYPE_CHECKING:   # checkpoint imports torch, which this package must not
+    from .checkpoint import Actor
 
 __all__ = ["Config", "load_config", "train", "load_actor"]
 
 
-def train(config, run_dir=None, **kwargs):
+def train(config: Config, run_dir: str | os.PathLike[str] | None = None,
+          **kwargs: Any) -> dict:
+    """Trains a run (see `run.train` for the keywords); returns its summary."""
     from .run import train as _train
     return _train(config, run_dir, **kwargs)
 
 
-def load_actor(path, env, check_world: bool = True):
+def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True) -> Actor:
+    """A deterministic actor from a checkpoint (see `checkpoint.load_actor`)."""
     from .checkpoint import load_actor as _load_actor
     return _load_actor(path, env, check_world)

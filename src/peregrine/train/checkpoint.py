@@ -17,16 +17,24 @@ import io
 import os
 import struct
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
+
+if TYPE_CHECKING:
+    import gymnasium
+
+    from ..envs.native_env import NativeEnv
+    from .normalize import ObservationNormalizer
+    from .policy import Policy
 
 MAGIC = b"PEREGRINE-CKPT\x00\x01"
 HEADER = struct.Struct("<16sQ32s")
 FORMAT_VERSION = 1
 
 
-def save(path, payload: dict) -> None:
+def save(path: str | os.PathLike[str], payload: dict) -> None:
     """Writes `payload` to `path` atomically with an integrity header."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -50,7 +58,7 @@ def save(path, payload: dict) -> None:
             temporary.unlink()
 
 
-def load(path, map_location="cpu") -> dict:
+def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict:
     """The payload of a checkpoint; ValueError naming the problem if it is not sound."""
     path = Path(path)
     if path.is_dir():
@@ -83,7 +91,7 @@ def load(path, map_location="cpu") -> dict:
     return payload
 
 
-def check_env(payload: dict, env, path="checkpoint") -> None:
+def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:
     """ValueError unless the env's spaces are the ones the checkpoint was trained on."""
     from .policy import describe_space
     expected = {"observation_space": payload.get("observation_space"),
@@ -96,7 +104,7 @@ def check_env(payload: dict, env, path="checkpoint") -> None:
                              f"{key} {expected[key]}, but this env has {actual[key]}")
 
 
-def build_policy(payload: dict, env, path="checkpoint"):
+def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     from .config import PolicyConfig
     from .policy import Policy
     check_env(payload, env, path)
@@ -121,8 +129,9 @@ class Actor:
     train.normalize_obs) is applied, frozen, to every observation first.
     """
 
-    def __init__(self, policy, action_space, obs_normalizer=None, mask_slice=None,
-                 generator: torch.Generator | None = None):
+    def __init__(self, policy: Policy, action_space: gymnasium.Space,
+                 obs_normalizer: ObservationNormalizer | None = None,
+                 mask_slice: slice | None = None, generator: torch.Generator | None = None) -> None:
         self.policy = policy
         # With a generator the actor samples as in training (same mask and
         # normalisation) instead of taking the mode.
@@ -137,11 +146,11 @@ class Actor:
         self.state = None
         self.starts = None
 
-    def reset(self, env=None) -> None:
+    def reset(self, env: Any = None) -> None:
         """Forgets recurrent state (new episodes); `env` is accepted and unused."""
         self.state = None
 
-    def observe_done(self, terminals, truncations) -> None:
+    def observe_done(self, terminals: np.ndarray, truncations: np.ndarray) -> None:
         self.starts = torch.from_numpy(np.asarray(terminals) | np.asarray(truncations))
 
     @torch.no_grad()
@@ -172,7 +181,7 @@ class Actor:
         return np.ascontiguousarray(result)
 
 
-def env_kwargs(path) -> tuple[str, dict]:
+def env_kwargs(path: str | os.PathLike[str]) -> tuple[str | None, dict]:
     """(env name, keywords of `peregrine.make`) of the world a checkpoint was
     trained on: its [env] section, i.e. `preset` (if any) plus config fields.
     (None, {}) for a checkpoint that records no [env] section."""
@@ -184,7 +193,8 @@ def env_kwargs(path) -> tuple[str, dict]:
     return env["name"], {key: value for key, value in env.items() if key != "name"}
 
 
-def make_env(path, num_envs: int = 1, seed=None, num_threads: int = 1, preset=None, **overrides):
+def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None = None,
+             num_threads: int = 1, preset: str | None = None, **overrides: Any) -> NativeEnv:
     """A batch of the env a checkpoint was trained on, in its own world.
 
     `preset` replaces the checkpoint's world by that preset; `overrides` (config
@@ -198,7 +208,7 @@ def make_env(path, num_envs: int = 1, seed=None, num_threads: int = 1, preset=No
     return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **{**base, **overrides})
 
 
-def world_differences(trained: dict, env_name: str, env) -> dict:
+def world_differences(trained: dict, env_name: str, env: Any) -> dict:
     """{field: (trained value, env's value)} where `env`'s config is not the
     trained world `trained` (keywords of make) resolved by the env class."""
     from ..registry import env_class
@@ -212,7 +222,7 @@ def world_differences(trained: dict, env_name: str, env) -> dict:
             if env.config.get(key) != value}
 
 
-def load_actor(path, env, check_world: bool = True) -> Actor:
+def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True) -> Actor:
     """A deterministic actor from a checkpoint file (or a run directory) for `env`.
 
     Raises ValueError for a missing, truncated, corrupt or foreign file and for
@@ -244,7 +254,8 @@ def load_actor(path, env, check_world: bool = True) -> Actor:
                  mask_slice)
 
 
-def build_obs_normalizer(payload: dict, policy, path="checkpoint"):
+def build_obs_normalizer(payload: dict, policy: Policy,
+                         path: str = "checkpoint") -> ObservationNormalizer | None:
     """The checkpoint's observation normaliser (None when it was trained without one)."""
     state = payload.get("obs_normalizer")
     if state is None:

@@ -18,10 +18,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable, Sequence
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -143,7 +144,7 @@ def shipped_configs() -> list[str]:
     return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
 
 
-def read_toml(path) -> dict:
+def read_toml(path: str | os.PathLike[str]) -> dict:
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"config file {str(path)!r} does not exist")
@@ -154,7 +155,8 @@ def read_toml(path) -> dict:
         raise ValueError(f"config file {str(path)!r} is not valid TOML: {error}") from None
 
 
-def load_config(env_name: str | None = None, config_file=None, overrides=(),
+def load_config(env_name: str | None = None, config_file: str | os.PathLike[str] | None = None,
+                overrides: Sequence = (),
                 base: dict | None = None) -> Config:
     """Resolves a Config: defaults, shipped env file, user file, overrides.
 
@@ -264,7 +266,7 @@ def convert(name: str, value: Any, kind: type) -> Any:
     return value
 
 
-def env_config_fields(env_name):
+def env_config_fields(env_name: str | None) -> list[tuple] | None:
     """The env's (name, default, min, max, is_integer) fields, or None if unknown."""
     if env_name is None:
         return None
@@ -275,7 +277,7 @@ def env_config_fields(env_name):
     return cls.config_fields() if hasattr(cls, "config_fields") else None
 
 
-def convert_env_value(env_name, key: str, value: Any) -> Any:
+def convert_env_value(env_name: str | None, key: str, value: Any) -> Any:
     if key == "name":
         return convert("env.name", value, str)
     if key == "preset":
@@ -339,7 +341,7 @@ def validate(config: Config) -> None:
 
 # ---- command-line overrides ---------------------------------------------------
 
-def parse_override_tokens(tokens) -> list[tuple[str, str]]:
+def parse_override_tokens(tokens: Iterable[str]) -> list[tuple[str, str]]:
     """['--train.learning-rate', '3e-4', '--vec.num-envs=64'] -> [(key, value), ...]."""
     pairs = []
     tokens = list(tokens)

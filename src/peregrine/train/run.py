@@ -24,11 +24,13 @@ updates that are redone.
 """
 from __future__ import annotations
 
+import os
 import signal
 import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable, Sequence
 
 from . import checkpoint, distributed
 from .config import Config, load_config, read_toml
@@ -47,11 +49,11 @@ def new_run_dir(config: Config) -> Path:
     return path
 
 
-def checkpoint_path(run_dir) -> Path:
+def checkpoint_path(run_dir: str | os.PathLike[str]) -> Path:
     return Path(run_dir) / "checkpoints" / "latest.pt"
 
 
-def load_run_config(run_dir, overrides=()) -> Config:
+def load_run_config(run_dir: str | os.PathLike[str], overrides: Sequence = ()) -> Config:
     """The resolved config of an existing run, with `overrides` applied on top."""
     run_dir = Path(run_dir)
     path = run_dir / "config.toml"
@@ -72,8 +74,9 @@ class StopFlag:
         return self.requested
 
 
-def train(config: Config, run_dir=None, resume: bool = False, progress=None,
-          stop: StopFlag | None = None, on_start=None) -> dict:
+def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
+          progress: Callable[[dict], None] | None = None, stop: StopFlag | None = None,
+          on_start: Callable[[Path], None] | None = None) -> dict:
     """Trains until `total_steps`, `stop_return` or a stop request; returns a summary.
 
     `progress(record)` is called every `train.progress_interval` updates;

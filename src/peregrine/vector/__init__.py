@@ -14,6 +14,8 @@ peregrine/envs/native_env.py): in-place row buffers, same-step auto-reset with
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any, Callable
+
 from ..registry import env_class
 from .common import check_count, resolve_seed
 from .emulation import GymnasiumEmulation, PettingZooEmulation, emulate
@@ -23,13 +25,16 @@ from .recipe import EnvRecipe
 from .serial import Serial
 from .spaces import unflatten
 
+if TYPE_CHECKING:
+    from ..envs.native_env import NativeEnv
+
 BACKENDS = ("native", "serial", "multiprocessing")
 
 
-def make(env, backend: str | None = None, num_envs: int = 1, num_workers: int = 1,
+def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int = 1, num_workers: int = 1,
          batch_size: int | None = None, num_threads: int = 1, seed: int | None = None, *,
          overwork: bool = False, start_method: str = "spawn", timeout: float | None = None,
-         **config):
+         **config: Any) -> NativeEnv | Serial | Multiprocessing:
     """A vector env of `num_envs` envs of `env`.
 
     env: a registered native env name, or a zero-arg callable returning a

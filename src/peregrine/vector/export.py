@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from gymnasium import Env, spaces
@@ -28,6 +29,9 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..envs.render_cli import RENDERERS
 from ..registry import env_class
+
+if TYPE_CHECKING:   # stable-baselines3 is optional
+    from stable_baselines3.common.vec_env import VecEnv
 
 AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
 
@@ -214,8 +218,9 @@ class GymnasiumVectorEnv(VectorEnv):
     need a native batch; on a backend they are refused.
     """
 
-    def __init__(self, env, copy: bool = True, autoreset_mode=None,
-                 record_episode_statistics: bool = True, render_mode: str | None = None):
+    def __init__(self, env: Any, copy: bool = True,
+                 autoreset_mode: AutoresetMode | str | None = None,
+                 record_episode_statistics: bool = True, render_mode: str | None = None) -> None:
         self.env = env
         self.copy = copy
         self.num_envs = env.num_agents
@@ -247,7 +252,8 @@ class GymnasiumVectorEnv(VectorEnv):
         self.closed = False
 
     # ---- reset -------------------------------------------------------------------------
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | list[int | None] | None = None,
+              options: dict | None = None) -> tuple[np.ndarray, dict]:
         options = dict(options or {})
         reset_mask = options.pop("reset_mask", None)
         if options:
@@ -327,7 +333,7 @@ class GymnasiumVectorEnv(VectorEnv):
         return per_instance
 
     # ---- step ----------------------------------------------------------------------------
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         actions = _as_actions(self.env, actions)
         mode, ended_before = self.autoreset_mode, self._ended
         held = None
@@ -377,16 +383,16 @@ class GymnasiumVectorEnv(VectorEnv):
         return array.copy() if self.copy else array
 
     # ---- the rest of the VectorEnv API ------------------------------------------------------
-    def render(self):
+    def render(self) -> tuple[np.ndarray, ...] | None:
         return _frames(self.env, self._renderer)
 
-    def get_attr(self, name):
+    def get_attr(self, name: str) -> tuple:
         return tuple(_row_values(self, self.env, name, _rows(self.env, None)))
 
-    def set_attr(self, name, values):
+    def set_attr(self, name: str, values: Any) -> None:
         _set_batch_attr(self, self.env, name, values)
 
-    def call(self, name, *args, **kwargs):
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple | None:
         """Calls the batch's method `name` once (every row shares it); its result
         is repeated per sub-env. A non-callable attribute is read like get_attr."""
         if name == "render":
@@ -397,7 +403,7 @@ class GymnasiumVectorEnv(VectorEnv):
             return self.get_attr(name)
         return (attribute(*args, **kwargs),) * self.num_envs
 
-    def close_extras(self, **kwargs):
+    def close_extras(self, **kwargs: Any) -> None:
         self.env.close()
 
     def __enter__(self):
@@ -430,7 +436,7 @@ class GymnasiumEnv(Env):
 
     metadata = {"render_modes": ["rgb_array"]}  # the modes some envs have; see __init__
 
-    def __init__(self, name: str, render_mode: str | None = None, **config):
+    def __init__(self, name: str, render_mode: str | None = None, **config: Any) -> None:
         cls = env_class(name)
         batch = cls(num_envs=1, seed=None, **config)
         if batch.agents_per_env != 1:
@@ -454,7 +460,8 @@ class GymnasiumEnv(Env):
         self._actions = np.zeros_like(batch.actions)
         self._start_drawn = False  # the batch reset the instance when its episode ended
 
-    def reset(self, *, seed=None, options=None):
+    def reset(self, *, seed: int | None = None,
+              options: dict | None = None) -> tuple[np.ndarray, dict]:
         super().reset(seed=seed)
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}: Peregrine envs take no "
@@ -464,7 +471,7 @@ class GymnasiumEnv(Env):
         self._start_drawn = False
         return self.batch.observations[0].copy(), {}
 
-    def step(self, action):
+    def step(self, action: Any) -> tuple[np.ndarray, float, bool, bool, dict]:
         self._actions[0] = _as_actions(self.batch, action)[0]
         observations, rewards, terminals, truncations, _ = self.batch.step(self._actions)
         ended = bool(terminals[0] or truncations[0])
@@ -472,19 +479,20 @@ class GymnasiumEnv(Env):
         observation = (self.batch.final_observations if ended else observations)[0].copy()
         return observation, float(rewards[0]), bool(terminals[0]), bool(truncations[0]), {}
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         frames = _frames(self.batch, self._renderer)
         return None if frames is None else frames[0]
 
-    def close(self):
+    def close(self) -> None:
         self.batch.close()
 
 
 def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
-                         seed: int | None = None, autoreset_mode=None,
+                         seed: int | None = None,
+                         autoreset_mode: AutoresetMode | str | None = None,
                          record_episode_statistics: bool = True,
                          render_mode: str | None = None, max_episode_steps: int | None = None,
-                         **config) -> GymnasiumVectorEnv:
+                         **config: Any) -> GymnasiumVectorEnv:
     """gymnasium.make_vec's entry point: a native batch of `num_envs` instances
     of env `name` behind GymnasiumVectorEnv (one sub-env per agent row).
     num_threads and the env's config fields (and preset=) go to the batch;
@@ -505,7 +513,7 @@ def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
 
 # ---- Stable-Baselines3 ---------------------------------------------------------------------------
 
-def sb3_vec_env(env, render_mode: str | None = None):
+def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
     """An SB3 VecEnv over a Peregrine env (requires stable-baselines3).
 
     render_mode="rgb_array" (envs with a renderer) gives SB3's render() and

@@ -66,9 +66,10 @@ from multiprocessing import get_context, shared_memory
 
 import numpy as np
 
+from ..envs.native_env import ResetResult, StepResult
 from .base import VectorBase
-from .common import (BUFFER_NAMES, Buffers, available_cores, merge_sums, resolve_seed,
-                     stats_to_sums)
+from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
+                     resolve_seed, stats_to_sums)
 from .recipe import EnvRecipe
 
 DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
@@ -372,8 +373,8 @@ class Multiprocessing(VectorBase):
     its rows of one shared-memory segment (see the module docstring)."""
 
     def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
-                 batch_size=None, seed=None, overwork: bool = False,
-                 start_method: str = "spawn", timeout: float | None = None):
+                 batch_size: int | None = None, seed: int | None = None, overwork: bool = False,
+                 start_method: str = "spawn", timeout: float | None = None) -> None:
         if timeout is not None and not (isinstance(timeout, (int, float))
                                         and not isinstance(timeout, bool) and timeout > 0):
             raise ValueError(f"timeout must be a positive number of seconds or None, "
@@ -589,12 +590,12 @@ class Multiprocessing(VectorBase):
             self._inflight = []
 
     # ---- the synchronous interface ---------------------------------------------------
-    def reset(self, seed=None):
+    def reset(self, seed: int | None = None) -> ResetResult:
         self._message_all(("reset", None if seed is None else resolve_seed(seed)))
         self._inflight, self._ready, self._batch = [], [], None
         return self.observations, {}
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> StepResult:
         if self.batch_size != self.num_envs:
             raise ValueError(f"step() steps every env; with batch_size ({self.batch_size}) < "
                              f"num_envs ({self.num_envs}) use send() and recv()")
@@ -613,12 +614,12 @@ class Multiprocessing(VectorBase):
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     # ---- the asynchronous interface ------------------------------------------------------
-    def async_reset(self, seed=None):
+    def async_reset(self, seed: int | None = None) -> None:
         """Resets every env; the following recv() returns the first batch."""
         self.reset(seed)
         self._ready = list(range(self.num_workers))
 
-    def send(self, actions):
+    def send(self, actions: np.ndarray) -> None:
         """Steps the envs returned by the last recv() with `actions` (their rows)."""
         self._ensure_open()
         if self._batch is None:
@@ -641,7 +642,7 @@ class Multiprocessing(VectorBase):
             self._flags[worker][0] = STEP
             self._wakes[worker].release()
 
-    def recv(self):
+    def recv(self) -> tuple:
         """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
         the next batch_size envs to finish; env_ids are env indices (rows are
         env_id * agents_per_env + agent)."""
@@ -695,7 +696,7 @@ class Multiprocessing(VectorBase):
         return self._gather
 
     # ---- statistics and lifetime ---------------------------------------------------------
-    def episode_stats(self, clear: bool = True):
+    def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return merge_sums(self._message_all(("stats", bool(clear))))
 
     def _message_one(self, worker: int, message):
@@ -722,7 +723,7 @@ class Multiprocessing(VectorBase):
     def worker_pids(self):
         return [p.pid for p in self._processes]
 
-    def close(self):
+    def close(self) -> None:
         """Stops every worker and frees the shared memory; idempotent."""
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:

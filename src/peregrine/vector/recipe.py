@@ -15,6 +15,8 @@ callable (counted over the whole vector env) with unit_seed(seed, k).
 """
 from __future__ import annotations
 
+from typing import Any
+
 from ..envs.native_env import EpisodeStats
 from ..registry import env_class
 from .common import merge_stats, unit_seed
@@ -85,7 +87,7 @@ class EnvRecipe:
         return Block(units, indices)
 
 
-def slice_buffers_from(buffers, start, stop):
+def slice_buffers_from(buffers: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
     return {name: array[start:stop] for name, array in buffers.items()}
 
 

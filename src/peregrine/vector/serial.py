@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..envs.native_env import ResetResult, StepResult
 from .base import VectorBase
-from .common import Buffers, merge_stats, resolve_seed, slice_buffers
+from .common import Buffers, EpisodeStats, merge_stats, resolve_seed, slice_buffers
 from .recipe import EnvRecipe
 
 
@@ -17,7 +18,7 @@ class Serial(VectorBase):
     """`num_workers` blocks of `num_envs / num_workers` envs, stepped in turn."""
 
     def __init__(self, recipe: EnvRecipe, num_envs: int, num_workers: int = 1,
-                 batch_size=None, seed=None):
+                 batch_size: int | None = None, seed: int | None = None) -> None:
         facts = recipe.probe()
         layout = self._setup(recipe, facts, num_envs, num_workers, batch_size)
         if self.batch_size != self.num_envs:
@@ -42,7 +43,7 @@ class Serial(VectorBase):
         self._check_in_parent = not (recipe.is_native and self.num_workers == 1)
         self._enable_exact_state()
 
-    def reset(self, seed=None):
+    def reset(self, seed: int | None = None) -> ResetResult:
         if not self.blocks:
             raise RuntimeError("the vector env is closed")
         seed = None if seed is None else resolve_seed(seed)
@@ -50,7 +51,7 @@ class Serial(VectorBase):
             block.reset(seed)
         return self.observations, {}
 
-    def step(self, actions):
+    def step(self, actions: np.ndarray) -> StepResult:
         if not self.blocks:
             raise RuntimeError("the vector env is closed")
         if actions is not self.actions:
@@ -62,17 +63,17 @@ class Serial(VectorBase):
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     # the asynchronous API, degenerate: every batch is the whole set of envs
-    def async_reset(self, seed=None):
+    def async_reset(self, seed: int | None = None) -> None:
         self.reset(seed)
 
-    def send(self, actions):
+    def send(self, actions: np.ndarray) -> None:
         self.step(actions)
 
-    def recv(self):
+    def recv(self) -> tuple:
         return (self.observations, self.rewards, self.terminals, self.truncations, {},
                 self._env_ids, self.masks)
 
-    def episode_stats(self, clear: bool = True):
+    def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return merge_stats(block.episode_stats(clear) for block in self.blocks)
 
     def _seed_streams(self, seed: int) -> None:
@@ -87,7 +88,7 @@ class Serial(VectorBase):
         block, local = self._locate(instance)
         self.blocks[block].set_state(local, state)
 
-    def close(self):
+    def close(self) -> None:
         blocks, self.blocks = getattr(self, "blocks", []), []
         for block in blocks:
             block.close()

@@ -127,12 +127,16 @@ rewrites the instance's observations (no detections).
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ..native_env import NativeEnv
 
 from . import _drone_swarm
+
+if TYPE_CHECKING:   # PettingZoo is an optional extra
+    from .parallel import DroneSwarmParallelEnv
 
 # The config table and statistic names live once, in drone_swarm.h (ENV_CONFIG,
 # ENV_STATS); (name, default, min, max, is_integer) rows in config order.
@@ -251,7 +255,7 @@ class DroneSwarm(NativeEnv):
         return state_layout(self.config)
 
 
-def parallel_env(render_mode: str | None = None, **config):
+def parallel_env(render_mode: str | None = None, **config: Any) -> DroneSwarmParallelEnv:
     """One DroneSwarm instance as a PettingZoo ParallelEnv (agents drone_0 ...),
     made the way PettingZoo's own envs are; needs the `pettingzoo` extra.
     Keywords: DroneSwarm's config fields, `preset`, `render_size`. See parallel.py."""

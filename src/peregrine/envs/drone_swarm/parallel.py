@@ -29,8 +29,10 @@ see render.py) of the current state; `render_size` sets H = W (default 320).
 """
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
-from gymnasium import logger
+from gymnasium import logger, spaces
 from pettingzoo import ParallelEnv
 
 from . import DroneSwarm
@@ -45,7 +47,7 @@ class DroneSwarmParallelEnv(ParallelEnv):
                 "is_parallelizable": True, "render_fps": 10}
 
     def __init__(self, render_mode: str | None = None, render_size: int = 320,
-                 preset: str = "default", **config) -> None:
+                 preset: str = "default", **config: Any) -> None:
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
                              f"got {render_mode!r}")
@@ -63,16 +65,17 @@ class DroneSwarmParallelEnv(ParallelEnv):
                                    for agent in self.possible_agents}
         self.action_spaces = {agent: self._env.single_action_space for agent in self.possible_agents}
 
-    def observation_space(self, agent: str):
+    def observation_space(self, agent: str) -> spaces.Box:
         return self.observation_spaces[agent]
 
-    def action_space(self, agent: str):
+    def action_space(self, agent: str) -> spaces.Box:
         return self.action_spaces[agent]
 
     def _observations(self, rows: np.ndarray) -> dict[str, np.ndarray]:
         return {agent: rows[i].copy() for agent, i in self._index.items()}
 
-    def reset(self, seed: int | None = None, options: dict | None = None):
+    def reset(self, seed: int | None = None,
+              options: dict | None = None) -> tuple[dict[str, np.ndarray], dict[str, dict]]:
         """Starts an episode; with a seed, the instance's random stream restarts
         from it (same seed -> same episode), without one the stream continues."""
         observations, _ = self._env.reset(seed=seed)
@@ -80,7 +83,7 @@ class DroneSwarmParallelEnv(ParallelEnv):
         self.agents = list(self.possible_agents)
         return self._observations(observations), {agent: {} for agent in self.agents}
 
-    def step(self, actions: dict):
+    def step(self, actions: dict[str, np.ndarray]) -> tuple[dict, dict, dict, dict, dict]:
         if not self.agents:
             raise RuntimeError("step() after the episode ended (agents is empty); call reset()")
         if not isinstance(actions, dict):
@@ -114,7 +117,7 @@ class DroneSwarmParallelEnv(ParallelEnv):
             self.agents = []
         return observations, reward, terminated, truncated, infos
 
-    def render(self):
+    def render(self) -> np.ndarray | None:
         """The current state as an RGB array (render_mode "rgb_array"), else None."""
         if self.render_mode is None:
             logger.warn("render() called without a render_mode; pass render_mode='rgb_array' "
