@@ -26,7 +26,8 @@ Parts:
               throughput config that solves (THROUGHPUT_SOLVES) and the shipped
               DroneSwarm config; then steps to a mean return of 475 (sync vs
               overlap) for the shipped CartPole config on --seeds and for
-              THROUGHPUT_SOLVES on two seeds. Not in the default set.
+              THROUGHPUT_SOLVES on two seeds; beside them, two data-parallel
+              ranks against one (bench_distributed.py). Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -152,8 +153,79 @@ def pinned_child(spec: str) -> None:
     print(json.dumps(run))
 
 
+def data_parallel_rows(cartpole_steps: int, drone_steps: int) -> list[dict]:
+    """The other way to use two cores: two data-parallel ranks (torchrun, gloo; see
+    bench_distributed.py) against one, same global batch and minibatch (each rank gets
+    half the envs and half the minibatch), pinned to cores 0 and 0,1 like the rows above."""
+    import tempfile
+    from pathlib import Path
+
+    from bench_distributed import measure
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for env_name, steps, base in (("cartpole", cartpole_steps, THROUGHPUT_SOLVES),
+                                      ("drone_swarm", drone_steps, [])):
+            config = load_config(env_name, overrides=base)
+            sps = {}
+            for ranks in (1, 2):
+                flags = [f"--{key}={value}" for key, value in base]
+                flags += [f"--vec.num-envs={config.vec.num_envs // ranks}",
+                          f"--train.minibatch-size={config.train.minibatch_size // ranks}",
+                          "--train.stop-return=0"]
+                sps[ranks] = measure(env_name, ranks, steps, Path(workdir), flags)["sps"]
+            rows.append({"env": env_name, "sps_1_rank": sps[1], "sps_2_ranks": sps[2],
+                         "scaling": sps[2] / sps[1]})
+            print(f"overlap part: {env_name} data-parallel: 1 rank {sps[1]:,.0f} SPS, 2 ranks "
+                  f"{sps[2]:,.0f} SPS (x{sps[2] / sps[1]:.2f})", flush=True)
+    return rows
+
+
+def cpu_split(env_name: str, updates: int) -> dict:
+    """Process CPU milliseconds per update of each half, in one process (so the
+    other engineers' load on the machine does not count): the synchronous
+    trainer's collect / advantages / learn, and the overlap learner's
+    lag-corrected advantages (its extra forward pass). What overlap can hide is
+    the collect share; the ideal 2-core speed-up is sync total / learner total."""
+    base = THROUGHPUT_SOLVES if env_name == "cartpole" else []
+    config = load_config(env_name, overrides=[*base, ("train.total_steps", 10**9)])
+    trainer = Trainer(config)
+    try:
+        trainer.update()
+        totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0, "overlap_advantages": 0.0}
+        from peregrine.train.overlap import OverlapTrainer
+        for _ in range(updates):
+            start = time.process_time()
+            trainer.collect()
+            collected = time.process_time()
+            trainer.advantages()
+            advantages = time.process_time()
+            # The overlap learner's correction on the same rollout (it overwrites values,
+            # advantages and returns, which learn() then uses: timing only).
+            trainer.last_inputs = [trainer.pipeline.current()] * 2
+            OverlapTrainer.advantages(trainer)
+            corrected = time.process_time()
+            trainer.learn()
+            learned = time.process_time()
+            for key, seconds in (("collect", collected - start),
+                                 ("advantages", advantages - collected),
+                                 ("overlap_advantages", corrected - advantages),
+                                 ("learn", learned - corrected)):
+                totals[key] += seconds * 1000 / updates
+        sync = totals["collect"] + totals["advantages"] + totals["learn"]
+        learner = totals["overlap_advantages"] + totals["learn"]
+        return {"env": env_name, "samples_per_update": trainer.batch_size,
+                "cpu_ms": totals, "ideal_overlap_speedup": sync / learner}
+    finally:
+        trainer.close()
+
+
 def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int) -> dict:
     out: dict = {"load_average_before": os.getloadavg(), "throughput": []}
+    out["cpu_split"] = [cpu_split("cartpole", 30), cpu_split("drone_swarm", 8)]
+    for row in out["cpu_split"]:
+        print(f"overlap part: {row['env']} CPU ms per update ({row['samples_per_update']:,} "
+              f"samples): { {k: round(v, 2) for k, v in row['cpu_ms'].items()} }; ideal "
+              f"overlap speed-up {row['ideal_overlap_speedup']:.2f}", flush=True)
     for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
         for overlap in (False, True):
             runs = {cores: pinned_throughput(cores, env_name, steps, overlap)
@@ -168,6 +240,7 @@ def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int) -> dict
                   f"2 cores {row['sps_0,1']:,.0f} SPS (x{row['scaling']:.2f}); CPU-second SPS "
                   f"{row['cpu_sps_0']:,.0f} / {row['cpu_sps_0,1']:,.0f}; 2-core split "
                   f"{ {k: round(v, 3) for k, v in row['split_2_cores'].items()} }", flush=True)
+    out["data_parallel"] = data_parallel_rows(cartpole_steps, drone_steps)
     out["solve"] = []
     for label, overrides, run_seeds in (("shipped cartpole", [], seeds),
                                         ("THROUGHPUT_SOLVES", THROUGHPUT_SOLVES, seeds[:2])):

@@ -151,9 +151,19 @@ def test_ctrl_c_on_the_cli_saves_and_leaves_no_process(tmp_path):
     state = checkpoint.load(run_dir / "checkpoints" / "latest.pt")
     assert state["updates"] == records[-2]["updates"]
     assert state["overlap"]["pending"] is not None
-    for pid in children:
-        assert not os.path.exists(f"/proc/{pid}") or \
-            open(f"/proc/{pid}/stat").read().split()[2] == "Z"
+    # The actor, and multiprocessing's resource tracker, which exits once its parent has.
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and any(_running(pid) for pid in children):
+        time.sleep(0.1)
+    assert not any(_running(pid) for pid in children)
+
+
+def _running(pid) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 @pytest.mark.parametrize("extra, named", [

@@ -1,12 +1,11 @@
 """Overlapped PPO (`train.overlap = true`): rollout k+1 is collected while update k learns.
 
 Why two processes. On a small MLP the trainer's time is Python and torch
-per-op overhead, not arithmetic: the env step is well under 1% of an update,
-the rollout's forward passes about a third and learning the rest. A second
-thread would share the GIL with the learner and gain little; torch's own
-intra-op threads (`train.torch_threads 2`) made the throughput config slower
-(benchmarks/RESULTS.md). So this module splits one update's two halves across
-two processes, each with one torch thread:
+per-op overhead, not arithmetic. A second thread would share the GIL with the
+learner and gain little; torch's own intra-op threads (`train.torch_threads 2`)
+made the throughput config slower (benchmarks/RESULTS.md). So this module
+splits one update's two halves across two processes, each with one torch
+thread:
 
 * the *actor* (a spawned process) owns the env batch and a copy of the policy;
   it runs the synchronous trainer's own `Trainer.collect` (env step, forward,
@@ -59,6 +58,12 @@ policies, observation/reward normalisation (their statistics live in the
 actor), kickstarting, a device env batch or a CUDA learner, several ranks.
 The learner's process also builds the env batch once, only to read its
 spaces and row count; it is never stepped.
+
+What it is worth, measured (benchmarks/RESULTS.md, "Overlap"): learning is
+78-86% of an update's CPU time on the CartPole throughput config and on
+DroneSwarm, and the correction forward adds to it, so overlap can shorten an
+update by only 2-8%; data parallelism (`--nproc`) splits the learning itself.
+Hence synchronous PPO stays the default and this path is opt-in.
 
 Time split of a record: `env` and `forward` are the actor's seconds (env step,
 and the rest of its rollout); `learn` the learner's (correction forward, GAE,
