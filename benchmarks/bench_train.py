@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_train.py                 # everything (a few minutes)
     .venv/bin/python benchmarks/bench_train.py --seeds 1 2 3 --skip-sb3
     .venv/bin/python benchmarks/bench_train.py --only throughput --json out.json
+    .venv/bin/python benchmarks/bench_train.py --only overlap --seeds 1 2 3 4 5
 
 Parts:
   solve       the shipped CartPole config on each seed until the mean return of
@@ -18,6 +19,16 @@ Parts:
               evaluation episodes (seed 0, default preset, deterministic
               actions) beside the scripted baselines, and a learning-curve PNG
               (--plot). Not in the default set: it takes minutes.
+  overlap     train.overlap (an actor process collects the next rollout while this
+              one learns) against the synchronous trainer, each pinned with
+              `taskset -c 0` and `taskset -c 0,1`, in one invocation (the fastest of
+              --overlap-repeats back-to-back pairs): training
+              SPS, CPU-second SPS and the scaling 1 -> 2 cores, for the CartPole
+              throughput config that solves (THROUGHPUT_SOLVES) and the shipped
+              DroneSwarm config; then steps to a mean return of 475 (sync vs
+              overlap) for the shipped CartPole config on --seeds and for
+              THROUGHPUT_SOLVES on two seeds; beside them, two data-parallel
+              ranks against one (bench_distributed.py). Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -34,6 +45,7 @@ import json
 import os
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
@@ -65,12 +77,25 @@ THROUGHPUT = [("vec.num_envs", 2048), ("vec.num_threads", 1), ("train.horizon", 
               ("train.update_epochs", 1), ("train.minibatch_size", 8192),
               ("train.learning_rate", 1e-2), ("train.torch_threads", 1),
               ("policy.hidden_size", 32)]
+# THROUGHPUT with ReLU, 1024 envs x 16 steps and one epoch of eight 2048-sample
+# minibatches: this torch's CPU tanh costs ~35x a ReLU per element (with tanh it
+# is the rollout's largest op), and eight gradient steps per update solve
+# CartPole in about 1.5-2M steps (benchmarks/RESULTS.md, "Overlap").
+THROUGHPUT_SOLVES = [*THROUGHPUT, ("vec.num_envs", 1024), ("train.minibatch_size", 2048),
+                     ("policy.activation", "relu")]
+
+
+def make_trainer(config):
+    if config.train.overlap:
+        from peregrine.train.overlap import OverlapTrainer
+        return OverlapTrainer(config)
+    return Trainer(config)
 
 
 def solve_run(seed: int, cap: int, overrides=()) -> dict:
     config = load_config("cartpole", overrides=[("train.seed", seed), ("train.total_steps", cap),
                                                 *overrides])
-    trainer = Trainer(config)
+    trainer = make_trainer(config)
     try:
         solved = None
         while not trainer.done:
@@ -86,21 +111,22 @@ def solve_run(seed: int, cap: int, overrides=()) -> dict:
         trainer.close()
 
 
-def throughput_run(steps: int, overrides=()) -> dict:
-    config = load_config("cartpole", overrides=[*THROUGHPUT, ("train.total_steps", steps),
-                                                *overrides])
-    trainer = Trainer(config)
+def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPUT) -> dict:
+    config = load_config(env_name, overrides=[*base, ("train.total_steps", steps), *overrides])
+    trainer = make_trainer(config)
     try:
         trainer.update()  # warm-up update, not counted
         start_steps, start_time, start_cpu = trainer.global_step, trainer.elapsed, trainer.cpu_seconds
-        split = {"env": 0.0, "forward": 0.0, "learn": 0.0}
+        split = {}
         while not trainer.done:
             record = trainer.update()
-            for key in split:
-                split[key] += record["time_split"][key]
+            for key, value in record["time_split"].items():
+                split[key] = split.get(key, 0.0) + value
         seconds = trainer.elapsed - start_time
-        total = sum(split.values())
-        return {"config": dict(THROUGHPUT), "steps": trainer.global_step - start_steps,
+        # Shares of the busy seconds (env + forward + learn; with overlap these ran in two
+        # processes at once, and "wait"/"overlap" are shown beside them, not in the sum).
+        total = sum(split[key] for key in ("env", "forward", "learn"))
+        return {"config": dict(base), "steps": trainer.global_step - start_steps,
                 "seconds": seconds, "cpu_seconds": trainer.cpu_seconds - start_cpu,
                 "cpu_sps": (trainer.global_step - start_steps) / (trainer.cpu_seconds - start_cpu),
                 "sps": (trainer.global_step - start_steps) / seconds,
@@ -108,6 +134,147 @@ def throughput_run(steps: int, overrides=()) -> dict:
                 "recent_return": trainer.recent_return()}
     finally:
         trainer.close()
+
+
+def pinned_throughput(cores: str, env_name: str, steps: int, overlap: bool) -> dict:
+    """throughput_run in a child process pinned with `taskset -c cores` (the overlap
+    actor, spawned by it, inherits the pinning)."""
+    spec = json.dumps({"env": env_name, "steps": steps, "overlap": overlap})
+    result = subprocess.run(["taskset", "-c", cores, sys.executable, os.path.abspath(__file__),
+                             "--pinned-child", spec], capture_output=True, text=True, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"pinned run {cores} {spec} failed:\n{result.stderr}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def pinned_child(spec: str) -> None:
+    spec = json.loads(spec)
+    base = THROUGHPUT_SOLVES if spec["env"] == "cartpole" else []
+    run = throughput_run(spec["steps"], [("train.overlap", spec["overlap"])], spec["env"], base)
+    print(json.dumps(run))
+
+
+def data_parallel_rows(cartpole_steps: int, drone_steps: int, repeats: int = 1) -> list[dict]:
+    """The other way to use two cores: two data-parallel ranks (torchrun, gloo; see
+    bench_distributed.py) against one, same global batch and minibatch (each rank gets
+    half the envs and half the minibatch), pinned to cores 0 and 0,1 like the rows above."""
+    import tempfile
+    from pathlib import Path
+
+    from bench_distributed import measure
+    rows = []
+    with tempfile.TemporaryDirectory() as workdir:
+        for env_name, steps, base in (("cartpole", cartpole_steps, THROUGHPUT_SOLVES),
+                                      ("drone_swarm", drone_steps, [])):
+            config = load_config(env_name, overrides=base)
+
+            def pair():
+                runs = {}
+                for ranks in (1, 2):
+                    flags = [f"--{key}={value}" for key, value in base]
+                    flags += [f"--vec.num-envs={config.vec.num_envs // ranks}",
+                              f"--train.minibatch-size={config.train.minibatch_size // ranks}",
+                              "--train.stop-return=0"]
+                    runs[ranks] = measure(env_name, ranks, steps, Path(workdir), flags)
+                return runs
+            sps = {ranks: run["sps"] for ranks, run in best_of(repeats, pair).items()}
+            rows.append({"env": env_name, "sps_1_rank": sps[1], "sps_2_ranks": sps[2],
+                         "scaling": sps[2] / sps[1]})
+            print(f"overlap part: {env_name} data-parallel: 1 rank {sps[1]:,.0f} SPS, 2 ranks "
+                  f"{sps[2]:,.0f} SPS (x{sps[2] / sps[1]:.2f})", flush=True)
+    return rows
+
+
+def cpu_split(env_name: str, updates: int) -> dict:
+    """Process CPU milliseconds per update of each half, in one process (so the
+    other engineers' load on the machine does not count): the synchronous
+    trainer's collect / advantages / learn, and the overlap learner's
+    lag-corrected advantages (its extra forward pass). What overlap can hide is
+    the collect share; the ideal 2-core speed-up is sync total / learner total."""
+    base = THROUGHPUT_SOLVES if env_name == "cartpole" else []
+    config = load_config(env_name, overrides=[*base, ("train.total_steps", 10**9)])
+    trainer = Trainer(config)
+    try:
+        trainer.update()
+        totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0, "overlap_advantages": 0.0}
+        from peregrine.train.overlap import OverlapTrainer
+        for _ in range(updates):
+            start = time.process_time()
+            trainer.collect()
+            collected = time.process_time()
+            trainer.advantages()
+            advantages = time.process_time()
+            # The overlap learner's correction on the same rollout (it overwrites values,
+            # advantages and returns, which learn() then uses: timing only).
+            trainer.last_inputs = [trainer.pipeline.current()] * 2
+            OverlapTrainer.advantages(trainer)
+            corrected = time.process_time()
+            trainer.learn()
+            learned = time.process_time()
+            for key, seconds in (("collect", collected - start),
+                                 ("advantages", advantages - collected),
+                                 ("overlap_advantages", corrected - advantages),
+                                 ("learn", learned - corrected)):
+                totals[key] += seconds * 1000 / updates
+        sync = totals["collect"] + totals["advantages"] + totals["learn"]
+        learner = totals["overlap_advantages"] + totals["learn"]
+        return {"env": env_name, "samples_per_update": trainer.batch_size,
+                "cpu_ms": totals, "ideal_overlap_speedup": sync / learner}
+    finally:
+        trainer.close()
+
+
+def best_of(repeats: int, measure_pair):
+    """The fastest of `repeats` calls of `measure_pair` (a dict of runs keyed by core
+    set, measured back to back), per core set: on a shared machine other jobs only
+    ever slow a run down, so the fastest is the least disturbed."""
+    best: dict = {}
+    for _ in range(repeats):
+        for key, run in measure_pair().items():
+            if key not in best or run["sps"] > best[key]["sps"]:
+                best[key] = run
+    return best
+
+
+def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int,
+                 repeats: int = 1) -> dict:
+    out: dict = {"load_average_before": os.getloadavg(), "throughput": []}
+    out["cpu_split"] = [cpu_split("cartpole", 30), cpu_split("drone_swarm", 8)]
+    for row in out["cpu_split"]:
+        print(f"overlap part: {row['env']} CPU ms per update ({row['samples_per_update']:,} "
+              f"samples): { {k: round(v, 2) for k, v in row['cpu_ms'].items()} }; ideal "
+              f"overlap speed-up {row['ideal_overlap_speedup']:.2f}", flush=True)
+    for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
+        for overlap in (False, True):
+            runs = best_of(repeats, lambda: {cores: pinned_throughput(cores, env_name, steps,
+                                                                      overlap)
+                                             for cores in ("0", "0,1")})
+            row = {"env": env_name, "overlap": overlap,
+                   **{f"sps_{c}": runs[c]["sps"] for c in runs},
+                   **{f"cpu_sps_{c}": runs[c]["cpu_sps"] for c in runs},
+                   "scaling": runs["0,1"]["sps"] / runs["0"]["sps"],
+                   "split_2_cores": runs["0,1"]["split"], "recent_return": runs["0,1"]["recent_return"]}
+            out["throughput"].append(row)
+            print(f"overlap part: {env_name} overlap={overlap}: 1 core {row['sps_0']:,.0f} SPS, "
+                  f"2 cores {row['sps_0,1']:,.0f} SPS (x{row['scaling']:.2f}); CPU-second SPS "
+                  f"{row['cpu_sps_0']:,.0f} / {row['cpu_sps_0,1']:,.0f}; 2-core split "
+                  f"{ {k: round(v, 3) for k, v in row['split_2_cores'].items()} }", flush=True)
+    out["data_parallel"] = data_parallel_rows(cartpole_steps, drone_steps, repeats)
+    out["solve"] = []
+    for label, overrides, run_seeds in (("shipped cartpole", [], seeds),
+                                        ("THROUGHPUT_SOLVES", THROUGHPUT_SOLVES, seeds[:2])):
+        for overlap in (False, True):
+            run_cap = cap if not overrides else max(cap, 4_000_000)
+            runs = [solve_run(seed, run_cap, [*overrides, ("train.overlap", overlap)])
+                    for seed in run_seeds]
+            out["solve"].append({"config": label, "overlap": overlap, "runs": runs})
+            print(f"overlap part: {label} overlap={overlap}: steps to 475 "
+                  f"{[r['steps'] if r['solved'] else None for r in runs]} (cap {run_cap:,}), "
+                  f"SPS {[round(r['sps']) for r in runs]}", flush=True)
+    out["load_average_after"] = os.getloadavg()
+    print(f"overlap part: load average before {out['load_average_before']}, "
+          f"after {out['load_average_after']}", flush=True)
+    return out
 
 
 def gae_timing(shapes=((32, 32), (16, 4096), (128, 4096))) -> list[dict]:
@@ -233,14 +400,22 @@ def main(argv=None) -> int:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
-    parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm"],
-                        nargs="+")
+    parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
+                                           "overlap"], nargs="+")
+    parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
+    parser.add_argument("--overlap-drone-steps", type=int, default=2_000_000)
+    parser.add_argument("--overlap-repeats", type=int, default=2,
+                        help="overlap part: keep the fastest of this many 1-core/2-core pairs")
+    parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
     parser.add_argument("--drone-steps", type=int, default=8_000_000)
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
     parser.add_argument("--plot", help="learning-curve PNG for the drone_swarm part")
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--json", help="write all results to this file")
     args = parser.parse_args(argv)
+    if args.pinned_child:
+        pinned_child(args.pinned_child)
+        return 0
     parts = set(args.only or ["solve", "throughput", "gae", "sb3"])
     if args.skip_sb3:
         parts.discard("sb3")
@@ -283,6 +458,9 @@ def main(argv=None) -> int:
               f"recent return {run['recent_return']}", flush=True)
     if "drone_swarm" in parts:
         results["drone_swarm"] = drone_swarm_run(args.drone_steps, args.drone_run_dir, args.plot)
+    if "overlap" in parts:
+        results["overlap"] = overlap_part(args.seeds, args.cap, args.overlap_cartpole_steps,
+                                          args.overlap_drone_steps, args.overlap_repeats)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

@@ -77,10 +77,12 @@ def test_resume_continues_exactly(tmp_path, lstm, normalize):
     resumed.close()
 
 
-def test_run_stopped_like_ctrl_c_resumes_to_the_same_result(tmp_path):
+@pytest.mark.parametrize("overlap", [False, True])
+def test_run_stopped_like_ctrl_c_resumes_to_the_same_result(tmp_path, overlap):
     """The run loop: a stop request (what Ctrl-C sets) after 2 updates, then --resume,
-    ends with the same checkpoint as a run that was never stopped."""
-    config = small_config()
+    ends with the same checkpoint as a run that was never stopped (with train.overlap
+    too: the actor's pending rollout and state are in the checkpoint)."""
+    config = small_config(("train.overlap", overlap))
     full = train(config, tmp_path / "full")
     stop = StopFlag()
 

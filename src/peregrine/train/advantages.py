@@ -5,8 +5,16 @@ import numpy as np
 import torch
 
 
-def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, out=None):
+def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, out=None,
+                importance=None):
     """Generalised advantage estimates for [T, rows] tensors, all rows at once.
+
+    `importance` (optional, [T, rows]): clipped importance weights
+    min(1, pi(a|s) / mu(a|s)) of samples collected by an older behaviour policy
+    mu (train.overlap). They weight each TD error and cut the trace, as
+    V-trace does (rho = c = the clipped ratio):
+    A_t = w_t * delta_t + gamma * lam * w_t * (1 - done_t) * A_{t+1}.
+    With every weight 1 (on-policy) this is plain GAE.
 
     `dones[t]` is True where the episode ended on step t (terminal or
     truncated; truncated rows carry their bootstrap inside `rewards`), and
@@ -28,6 +36,10 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
         deltas[:-1] += np.float32(gamma) * v[1:] * not_done[:-1]
         deltas[-1] += np.float32(gamma) * last * not_done[-1]
         decay = np.float32(gamma * lam) * not_done
+        if importance is not None:
+            weights = importance.numpy()
+            deltas *= weights
+            decay *= weights
         adv[horizon - 1] = deltas[horizon - 1]
         for t in range(horizon - 2, -1, -1):
             np.multiply(decay[t], adv[t + 1], out=adv[t])
@@ -37,6 +49,9 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
     next_values = torch.cat([values[1:], last_value.unsqueeze(0)], 0)
     deltas = rewards + gamma * next_values * not_done - values
     decay = (gamma * lam) * not_done
+    if importance is not None:
+        deltas = deltas * importance
+        decay = decay * importance
     advantages[horizon - 1] = deltas[horizon - 1]
     for t in range(horizon - 2, -1, -1):
         torch.addcmul(deltas[t], decay[t], advantages[t + 1], out=advantages[t])

@@ -85,6 +85,9 @@ class TrainConfig:
     dist_backend: str = "auto"       # torch.distributed backend with several ranks (torchrun,
     #                                  --nproc): "auto" = nccl on CUDA, gloo on CPU
     dist_timeout: float = 60.0       # seconds a collective may wait for a missing rank
+    overlap: bool = False            # an actor process collects rollout k+1 (env + forward)
+    #                                  while this process learns on rollout k: a one-update
+    #                                  policy lag, corrected in the advantages (overlap.py)
 
 
 @dataclass
@@ -334,6 +337,16 @@ def validate(config: Config) -> None:
         raise ValueError(f"train.dist_timeout must be > 0, got {t.dist_timeout}")
     if not t.adam_eps > 0:
         raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
+    if t.overlap:
+        unsupported = [(name, value) for name, value in (
+            ("policy.lstm", p.lstm), ("train.normalize_obs", t.normalize_obs),
+            ("train.normalize_reward", t.normalize_reward), ("train.teacher", t.teacher),
+            ("vec.backend = 'device'", v.backend == "device"),
+            ("train.device other than cpu", t.device != "cpu")) if value]
+        if unsupported:
+            raise ValueError(f"train.overlap = true does not support "
+                             f"{', '.join(name for name, _ in unsupported)} yet; turn those off "
+                             f"or train.overlap off")
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
                          f"({t.horizon}) when policy.lstm is true")

@@ -379,9 +379,11 @@ class Trainer:
         self._optimizer_step()
         return stats
 
-    def _record(self, split: dict, losses: dict, seconds: float) -> dict:
-        """The metrics record of the update just finished (reads the episode statistics)."""
-        stats = self.env.episode_stats(clear=True)
+    def _record(self, split: dict, losses: dict, seconds: float, stats=None) -> dict:
+        """The metrics record of the update just finished; `stats` are its rollout's
+        episode statistics (default: read from the env; overlap.py passes the actor's)."""
+        if stats is None:
+            stats = self.env.episode_stats(clear=True)
         if self.dist is not None:   # dist hook: every rank's episodes and losses
             stats, losses = self.dist.reduce_update(stats, losses, self.stat_names)
         self.episodes += stats.count

@@ -117,7 +117,11 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
     if dist is not None:    # every rank stops after the same update
         dist.stop_source = stop
         stopped = lambda: dist.stopping  # noqa: E731
-    trainer = Trainer(config, dist=dist)
+    if t.overlap:    # rollouts from an actor process, one update ahead (overlap.py)
+        from .overlap import OverlapTrainer
+        trainer = OverlapTrainer(config, dist=dist)
+    else:
+        trainer = Trainer(config, dist=dist)
     logger = None
     status = "crashed"
     previous_handler = _install_sigint(stop)
