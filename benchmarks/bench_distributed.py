@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/bench_distributed.py                        # 1, 2 ranks
     .venv/bin/python benchmarks/bench_distributed.py --ranks 1 2 4 8 --envs drone_swarm
     .venv/bin/python benchmarks/bench_distributed.py --json out.json
+    .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --set train.precision bf16
 
 Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
@@ -134,6 +135,8 @@ def main(argv=None) -> int:
     parser.add_argument("--ranks", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--steps", type=float, help="global steps per job (default per env)")
     parser.add_argument("--json", help="write the results here")
+    parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
+                        help="a config override for every job, e.g. --set train.precision bf16")
     parser.add_argument("--all-reduce-worker", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.all_reduce_worker:     # this file, started by measure_all_reduce under torchrun
@@ -152,7 +155,8 @@ def main(argv=None) -> int:
             steps = int(args.steps or STEPS[env])
             baseline = None
             for ranks in sorted(args.ranks):
-                result = measure(env, ranks, steps * ranks, Path(workdir))
+                overrides = [token for key, value in args.set for token in (f"--{key}", value)]
+                result = measure(env, ranks, steps * ranks, Path(workdir), overrides)
                 baseline = baseline or result["sps"]
                 result["efficiency"] = result["sps"] / (ranks * baseline)
                 if ranks > 1:
