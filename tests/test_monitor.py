@@ -373,8 +373,8 @@ def test_live_mode_exits_when_the_run_finishes_and_ctrl_c_only_detaches(tmp_path
 
 def test_record_layout_is_fixed():
     """Readers in other languages rely on these offsets (see the module docstring)."""
-    assert metrics._FIXED.size == 64 and FIELDS[0] == "index" and FIELDS[-1] == "status"
-    assert len(FIELDS) == len(set(FIELDS)) == 19
+    assert metrics._FIXED.size == 64 and FIELDS[0] == "index" and FIELDS[18] == "status"
+    assert len(FIELDS) == len(set(FIELDS)) == 20 and FIELDS[19] == "time_overlap"  # appended
     assert np.dtype(np.float64).itemsize == 8
 
 
@@ -384,3 +384,32 @@ def test_import_peregrine_does_not_load_the_monitor_or_profiler():
     env = dict(os.environ, PYTHONPATH=SRC)
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_overlapped_time_is_shown_as_such_and_older_files_still_read(tmp_path, capsys):
+    """train.overlap's records carry the rollout seconds that ran beside learning: the
+    dashboard shows them as a share of env + forward. A file written before the field
+    existed (one field fewer in its names block) still reads, without that row."""
+    writer = MetricsWriter(tmp_path / "runs" / "overlap", [])
+    writer.update(global_step=1000, updates=1, sps=10.0, losses=LOSSES,
+                  time_split={"env": 1.0, "forward": 3.0, "learn": 6.0, "overlap": 3.0})
+    writer.close("finished")
+    code, out, _ = monitor(capsys, tmp_path / "runs" / "overlap", "--once")
+    assert code == 0 and "overlapped" in out and "75.0%" in out
+
+    old_fields = FIELDS[:-1]
+    monkeypatch = pytest.MonkeyPatch()
+    monkeypatch.setattr(metrics, "FIELDS", old_fields)
+    monkeypatch.setattr(metrics, "_INDEX", {n: i for i, n in enumerate(old_fields)})
+    try:
+        old = MetricsWriter(tmp_path / "runs" / "old", [])
+        old._values = old._values[:len(old_fields)]   # the old writer's record, one field fewer
+        old._values[metrics._INDEX["status"]] = metrics.STATUS_CODES["finished"]
+        old._publish()
+    finally:
+        monkeypatch.undo()
+    with MetricsReader(tmp_path / "runs" / "old") as reader:
+        assert "time_overlap" not in reader.header.fields
+        assert reader.read()["status"] == metrics.STATUS_CODES["finished"]
+    code, out, _ = monitor(capsys, tmp_path / "runs" / "old", "--once")
+    assert code == 0 and "overlapped" not in out

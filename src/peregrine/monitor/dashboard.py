@@ -144,6 +144,12 @@ def render(snapshot: Snapshot, width: int = 100):
             split.add_row(name, f"{share:6.1%}", "█" * int(round(share * 20)))
         else:
             split.add_row(name, "-", "")
+    # train.overlap: env and forward ran in the actor process, partly beside learning.
+    hidden = value.get("time_overlap", math.nan)
+    rollout = parts["env"] + parts["forward"]
+    if hidden == hidden and rollout > 0:
+        share = min(hidden / rollout, 1.0)
+        split.add_row("overlapped", f"{share:6.1%}", "of env+forward ran beside learn")
 
     env_stats = _table("Env stats")
     # Return and length are already under Episodes; show them here only if

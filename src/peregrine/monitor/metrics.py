@@ -28,6 +28,10 @@ File layout (little-endian, every offset fixed by the header)::
             8     u64 sequence (seqlock: odd while being written)
             8*F   f64 values, in the order of "fields" then "env_stats"
 
+Fields are only ever appended (after "status"): a reader takes the names from
+the JSON block, so a file written before a field existed reads with that
+field missing, and an older reader ignores fields it does not know.
+
 Publishing record number ``n`` (0-based) writes slot ``n % K``: bump that
 slot's sequence to an odd value, copy the values, bump it to the next even
 value, then set ``count = n + 1``. A reader reads ``count``, then the slot of
@@ -91,6 +95,7 @@ FIELDS = (
     "time_learn",       # seconds in the PPO update
     "heartbeat",        # wall time (Unix seconds) of this record
     "status",           # STATUS_CODES
+    "time_overlap",     # rollout seconds that ran beside learning (train.overlap), else NaN
 )
 LOSS_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate")
 TIME_SPLIT_NAMES = ("env", "forward", "learn")
@@ -211,7 +216,7 @@ class MetricsWriter:
                losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
                losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
                time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
-               now, STATUS_CODES[status]]
+               now, STATUS_CODES[status], time_split.get("overlap")]
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)
