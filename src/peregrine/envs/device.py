@@ -126,6 +126,7 @@ class _CudaKernels:
 
         from . import gpu
         self.torch, self.driver, self.host, self.arrays = torch, driver, host, arrays
+        self._check = gpu._check
         self.buffers, self.errors = buffers, errors
         device = buffers["observations"].device
         self.device = device
@@ -176,11 +177,12 @@ class _CudaKernels:
                                    "mirror it (see pg_env.h)")
 
     def _launch(self, kernel, *args) -> None:
+        """One thread per instance on torch's current stream (captured, inside a
+        CUDA graph capture); `args` are (value, ctypes type) pairs."""
         stream = self.torch.cuda.current_stream(self.device).cuda_stream
         values = tuple(value for value, _ in args)
         types = tuple(kind for _, kind in args)
-        from . import gpu
-        gpu._check(self.driver.cuLaunchKernel(
+        self._check(self.driver.cuLaunchKernel(
             kernel, self.blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0,
             self.driver.CUstream(stream), (values, types), 0), "cuLaunchKernel")
 
