@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .native_env import BUFFER_NAMES, EpisodeStats, NativeEnv, resolve_seed
+from .native_env import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, resolve_seed
 
 if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
     import torch
@@ -81,8 +81,10 @@ class _HostArrays:
         for offset, nbytes in layout["allocations"]:
             self.arrays.append((offset, _host_array(_pointer_at(self.address + offset), nbytes)))
 
-    def by_offset(self, offset: int) -> np.ndarray:
-        return next(array for at, array in self.arrays if at == offset)
+    def index_of(self, name: str) -> int:
+        """Position in `arrays` of the PgBatch array `name` ("rng" or "stats")."""
+        offset = self.buffer_offsets[name]
+        return next(i for i, (at, _) in enumerate(self.arrays) if at == offset)
 
 
 class _CpuKernels:
@@ -91,7 +93,7 @@ class _CpuKernels:
     def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers, errors):
         self.host = host
         self.errors = errors.numpy().view(np.uint64)     # the same memory as the tensor
-        stats = arrays.by_offset(arrays.buffer_offsets["stats"])
+        stats = arrays.arrays[arrays.index_of("stats")][1]
         self.stats_rows = torch.from_numpy(stats.view(np.float64))
 
     def step(self) -> None:
@@ -153,9 +155,7 @@ class _CudaKernels:
             patched.add(offset)
         self._refuse_host_pointers(struct_bytes, patched)
         self.env_struct = torch.frombuffer(struct_bytes, dtype=torch.uint8).to(device)
-        stats_index = [offset for offset, _ in arrays.arrays].index(
-            arrays.buffer_offsets["stats"])
-        self.stats_rows = self.device_arrays[stats_index].view(torch.float64)
+        self.stats_rows = self.device_arrays[arrays.index_of("stats")].view(torch.float64)
         self.blocks = (host.num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
         self.push()
 
@@ -198,8 +198,7 @@ class _CudaKernels:
     def seed_streams(self, seed: int) -> None:
         """Streams from (seed, instance), episodes untouched: on the host mirror,
         then the stream array alone goes up."""
-        rng_offset = self.arrays.buffer_offsets["rng"]
-        index = [offset for offset, _ in self.arrays.arrays].index(rng_offset)
+        index = self.arrays.index_of("rng")
         self.host.seed_streams(seed)
         self.device_arrays[index].copy_(self.torch.from_numpy(self.arrays.arrays[index][1]))
 
@@ -366,8 +365,10 @@ class DeviceEnv:
 
     # ---- lifetime -------------------------------------------------------------
     def close(self) -> None:
-        """Releases the batch; idempotent. Later use raises RuntimeError."""
+        """Releases the batch; idempotent. Later use raises RuntimeError (on
+        every device: the kernels go with the host batch)."""
         self.host.close()
+        self._kernels = _ClosedBatch(self.name)
 
     def __enter__(self):
         return self

@@ -81,6 +81,7 @@ from multiprocessing.connection import wait as wait_for
 import torch
 import torch.multiprocessing as torch_mp
 
+from ..envs.native_env import EpisodeStats
 from . import environment
 from .advantages import compute_gae
 from .ppo import Trainer
@@ -240,7 +241,6 @@ class OverlapTrainer(Trainer):
         self.cpu_seconds += time.process_time() - cpu_start + actor_cpu
         self.updates += 1
         self.global_step += self.global_batch_size
-        from ..envs.native_env import EpisodeStats
         return self._record(split, losses, end - start, EpisodeStats(**stats))
 
     @torch.no_grad()

@@ -193,6 +193,7 @@ class Trainer:
             self._evaluate = evaluate_flat
         # Episode starts of the current observations (the LSTM zeroes its state there).
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
+        self._no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
         self.lstm_state = policy.initial_state(rows, device)
 
         self.global_step = 0
@@ -294,9 +295,9 @@ class Trainer:
         def value(inputs, rows):          # rows: an index tensor, or None for every row
             rows_state = state if state is None or rows is None else \
                 (state[0][rows], state[1][rows])
-            no_starts = torch.zeros(inputs.shape[0], dtype=torch.bool, device=self.device)
             with self.autocast:
-                return self.policy.value(inputs, rows_state, no_starts).float()
+                return self.policy.value(inputs, rows_state,
+                                         self._no_starts[:inputs.shape[0]]).float()
         self.pipeline.bootstrap(self.storage, step, value, self.config.train.gamma)
 
     @torch.no_grad()
