@@ -67,6 +67,9 @@ PARITY_CONFIGS = {
     "obstacles_dense_fast": ({"n_obstacles": 16, "obstacle_min_size": 3.0, "obstacle_max_size": 12.0,
                               "obstacle_separation": 0.0, "obs_n_obstacles": 4, "r_sense": 40.0,
                               "v_max": 9.0, "max_steps": 120}, 6),
+    # the report column after the obstacle slots, with reports confirmed, delivered and lost
+    "report_column": ({"preset": "wilderness_obstacles", "obs_report": 1, "m_deliver": 6,
+                       "max_steps": 150}, 4),
 }
 
 
@@ -83,8 +86,9 @@ def test_parity_with_confirmations_deliveries_and_lost_reports():
     # every branch of phases 4-5 happens many times
     config = {"victim_min_dist": 0.0, "victim_max_dist": 25.0, "r_confirm_radius": 6.0,
               "t_confirm": 2, "m_deliver": 2, "r_comm": 12.0, "max_steps": 200}
-    stats = run_parity(config, 4)
-    assert stats.mean["delivered"] > 0 and stats.mean["confirmed"] > stats.mean["delivered"] - 1
+    for report in (0, 1):
+        stats = run_parity({**config, "obs_report": report}, 4)
+        assert stats.mean["delivered"] > 0 and stats.mean["confirmed"] > stats.mean["delivered"] - 1
 
 
 def test_spaces_rows_and_presets():
@@ -92,7 +96,8 @@ def test_spaces_rows_and_presets():
         with DroneSwarm(num_envs=2, seed=0, preset=preset) as env:
             n = env.config["n_drones"]
             assert env.agents_per_env == n and env.num_agents == 2 * n
-            assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] + 4 * env.config["obs_n_obstacles"]
+            assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] \
+                + 4 * env.config["obs_n_obstacles"] + env.config["obs_report"]
             assert env.single_action_space.shape == (3,)
             obs, rewards, *_ = env.step(np.zeros((env.num_agents, 3), np.float32))
             assert np.isfinite(obs).all() and (np.abs(obs) <= 1).all()
@@ -220,6 +225,24 @@ def test_report_expires_after_m_deliver_steps_without_a_link():
     pair.step(np.zeros(12))  # m_deliver steps after confirmation without a link: lost
     v = pair.state["victims"]
     assert v["status"][0] == 0 and v["owner"][0] == -1 and v["ever_confirmed"][0] == 1
+
+
+def test_report_column_shows_the_owners_most_urgent_report_until_it_ends():
+    pair = Pair(m_deliver=3, obs_report=1)
+    drones = [(0, {"x": 90.0, "y": 90.0}), (1, {"x": 10.0, "y": 10.0}),
+              (2, {"x": 12.0, "y": 10.0}), (3, {"x": 14.0, "y": 10.0})]
+    older = {"x": 91.0, "y": 90.0, "status": 1, "owner": 0, "window": 1, "ever_confirmed": 1}
+    newer = {"x": 89.0, "y": 90.0, "status": 1, "owner": 0, "window": 3, "ever_confirmed": 1}
+    pair.place(drones=drones, victims=[(0, older), (1, newer)])
+    column = pair.env.observations[:, -1]
+    assert column[0] == pytest.approx(2 / 4) and (column[1:] == 0).all()   # (1 + 1) / (3 + 1)
+    seen = []
+    for _ in range(5):
+        obs = pair.step(np.zeros(12))[0]
+        seen.append(float(obs[0, -1]))
+        assert (obs[1:, -1] == 0).all()
+    # the older report is lost after two more steps, then the newer one shows, then none
+    assert seen == pytest.approx([1 / 4, 2 / 4, 1 / 4, 0.0, 0.0])
 
 
 def test_report_is_delivered_when_its_owner_reconnects_in_time():

@@ -7,7 +7,8 @@ NumPy reference (reference.py).
 Rows: one per drone (agents_per_env = n_drones), instance-major.
 Actions: float32 [rows, 3] = (vx, vy, scan) in [-1, 1]; NaN/inf -> 0, then
 clamped to [-1, 1]; (vx, vy) scaled to unit length when its norm exceeds 1.
-Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles], all in [-1, 1]:
+Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles + obs_report],
+all in [-1, 1]:
     0 x/L   1 y/L   2 battery   3 dist_to_base/L   4 connected
     5 last_comm_age/max_steps   6 live neighbours within r_comm/(n_drones-1)
     (0 when n_drones = 1)   7 min(nearest live neighbour dist/r_comm, 1)
@@ -16,7 +17,13 @@ Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles], all 
     index; zero where empty or when the drone did not scan this step;
     then per obstacle slot (x0 - x, y0 - y, x1 - x, y1 - y) / L, the corners
     of the obs_n_obstacles nearest obstacles (squared distance from the drone
-    to the rectangle, ties by obstacle index), zero where there are fewer.
+    to the rectangle, ties by obstacle index), zero where there are fewer;
+    then, with obs_report = 1 (off by default, so the spec's layout is kept),
+    the drone's report: 0 when it owns no confirmed, undelivered victim, else
+    (window + 1) / (m_deliver + 1) of its most urgent one, in (0, 1] (1 on
+    the confirmation step). A drone knows what it has confirmed; without
+    this column a memoryless policy cannot tell that it carries a report
+    that must reach the base within m_deliver steps.
 
 Choices (where the spec is silent)
 - A drone is *active* in a step when its battery is > 0 at the start of the

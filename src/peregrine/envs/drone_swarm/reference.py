@@ -106,7 +106,8 @@ class DroneSwarmReference:
         self.k_obstacles = int(c["obs_n_obstacles"])
         self.num_agents = E * n
         self.agents_per_env = n
-        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles
+        self.report = int(c["obs_report"])
+        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles + self.report
         self.layout = state_layout(c)
         self.side = self.layout["cells_per_side"]
         self.cells = self.side * self.side
@@ -379,6 +380,16 @@ class DroneSwarmReference:
         return out
 
     # ---- pieces of a step ---------------------------------------------------
+    def _report_column(self, idx):
+        """float32 [E', n]: 0, or (window + 1) / (m_deliver + 1) of the drone's most
+        urgent confirmed, undelivered report."""
+        scale = f32(1) / (self.ep_m_deliver[idx] + 1).astype(np.float32)
+        left = (self.window[idx] + 1).astype(np.float32) * scale[:, None]      # [E', m]
+        held = (self.status[idx] == CONFIRMED)[:, None, :] & \
+            (self.owner[idx][:, None, :] == np.arange(self.n)[None, :, None])   # [E', n, m]
+        urgent = np.where(held, left[:, None, :], f32(2)).min(axis=2)
+        return np.where(held.any(axis=2), urgent, f32(0)).astype(np.float32)
+
     def _cells(self, idx):
         side = self.side
         cx = np.minimum((self.x[idx] / self.cell_size).astype(np.int64), side - 1)
@@ -445,7 +456,10 @@ class DroneSwarmReference:
             end = 10 + 3 * self.k
             obs[:, :, 10:end:3], obs[:, :, 11:end:3], obs[:, :, 12:end:3] = sx, sy, sp
         if self.k_obstacles:
-            obs[:, :, 10 + 3 * self.k:] = self._obstacle_slots(idx)
+            first = 10 + 3 * self.k
+            obs[:, :, first:first + 4 * self.k_obstacles] = self._obstacle_slots(idx)
+        if self.report:
+            obs[:, :, -1] = self._report_column(idx)
         obs = np.clip(obs, f32(-1), f32(1))
         rows = (idx[:, None] * n + np.arange(n)).ravel()
         self.observations[rows] = obs.reshape(-1, self.obs_dim)
