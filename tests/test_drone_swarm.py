@@ -70,6 +70,9 @@ PARITY_CONFIGS = {
     # the report column after the obstacle slots, with reports confirmed, delivered and lost
     "report_column": ({"preset": "wilderness_obstacles", "obs_report": 1, "m_deliver": 6,
                        "max_steps": 150}, 4),
+    "report_and_drone_id": ({"obs_report": 1, "obs_drone_id": 1, "obs_n_nearest": 2,
+                             "randomise": 1, "max_steps": 120}, 3),
+    "drone_id_one_drone": ({"obs_drone_id": 1, "n_drones": 1, "max_steps": 60}, 3),
 }
 
 
@@ -97,11 +100,16 @@ def test_spaces_rows_and_presets():
             n = env.config["n_drones"]
             assert env.agents_per_env == n and env.num_agents == 2 * n
             assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] \
-                + 4 * env.config["obs_n_obstacles"] + env.config["obs_report"]
+                + 4 * env.config["obs_n_obstacles"] + env.config["obs_report"] \
+                + env.config["obs_drone_id"]
             assert env.single_action_space.shape == (3,)
             obs, rewards, *_ = env.step(np.zeros((env.num_agents, 3), np.float32))
             assert np.isfinite(obs).all() and (np.abs(obs) <= 1).all()
     assert DroneSwarm(num_envs=1, seed=0).config["base_x"] == 50.0  # -1 means the centre
+    with DroneSwarm(num_envs=2, seed=0, n_drones=5, obs_report=1, obs_drone_id=1) as env:
+        for obs in (env.observations, env.step(np.ones((10, 3), np.float32))[0]):
+            assert obs.shape[1] == 19 + 2
+            np.testing.assert_array_equal(obs[:, -1], np.tile(np.arange(5) / 4, 2).astype(np.float32))
 
 
 # ---- scenarios --------------------------------------------------------------

@@ -7,7 +7,8 @@ NumPy reference (reference.py).
 Rows: one per drone (agents_per_env = n_drones), instance-major.
 Actions: float32 [rows, 3] = (vx, vy, scan) in [-1, 1]; NaN/inf -> 0, then
 clamped to [-1, 1]; (vx, vy) scaled to unit length when its norm exceeds 1.
-Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles + obs_report],
+Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles + obs_report
++ obs_drone_id],
 all in [-1, 1]:
     0 x/L   1 y/L   2 battery   3 dist_to_base/L   4 connected
     5 last_comm_age/max_steps   6 live neighbours within r_comm/(n_drones-1)
@@ -23,7 +24,9 @@ all in [-1, 1]:
     (window + 1) / (m_deliver + 1) of its most urgent one, in (0, 1] (1 on
     the confirmation step). A drone knows what it has confirmed; without
     this column a memoryless policy cannot tell that it carries a report
-    that must reach the base within m_deliver steps.
+    that must reach the base within m_deliver steps; then, with
+    obs_drone_id = 1 (off by default), the drone's index d / (n_drones - 1)
+    (0 with one drone), so that one shared policy can give drones roles.
 
 Choices (where the spec is silent)
 - A drone is *active* in a step when its battery is > 0 at the start of the

@@ -124,7 +124,8 @@
     X(obstacle_base_clearance, 20.0, 0.0, 1e4, 0) \
     X(obstacle_separation, 5.0, 0.0, 1e4, 0)   \
     X(obs_n_obstacles, 0, 0, 16, 1)            \
-    X(obs_report, 0, 0, 1, 1)
+    X(obs_report, 0, 0, 1, 1)                  \
+    X(obs_drone_id, 0, 0, 1, 1)
 
 #define ENV_STATS(X)                                                                  \
     X(episode_return) X(episode_length) X(delivered) X(confirmed) X(success)         \
@@ -161,7 +162,7 @@ struct Env {
     /* configuration, in float32 as the step uses it */
     int n, m, k, obs_dim, max_steps, randomise, divide_found;
     int n_obstacles, k_obstacles; /* obstacles drawn per episode; obstacle slots per drone */
-    int report;                   /* obs_report: the last column is the drone's report */
+    int report, drone_id;         /* obs_report, obs_drone_id: trailing columns */
     float obstacle_min_size, obstacle_max_size, obstacle_margin, obstacle_clearance;
     float obstacle_separation;
     int t_confirm, m_deliver;
@@ -291,7 +292,8 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     env->n_obstacles = (int)c[DS_CFG_n_obstacles];
     env->k_obstacles = (int)c[DS_CFG_obs_n_obstacles];
     env->report = (int)c[DS_CFG_obs_report];
-    env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report;
+    env->drone_id = (int)c[DS_CFG_obs_drone_id];
+    env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report + env->drone_id;
     env->obstacle_min_size = (float)c[DS_CFG_obstacle_min_size];
     env->obstacle_max_size = (float)c[DS_CFG_obstacle_max_size];
     env->obstacle_margin = (float)c[DS_CFG_obstacle_margin];
@@ -885,23 +887,33 @@ PG_DEVICE static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjac
     return reached;
 }
 
-/* The report column (obs_report = 1, the last one) of every drone row of
- * instance i: 0 when the drone owns no confirmed, undelivered victim, else
- * (window + 1) / (m_deliver + 1) of its most urgent such report, in (0, 1]:
- * 1 on the step it confirmed, falling to 1 / (m_deliver + 1) on the last step
- * a link can still deliver it. What a drone knows about itself; without it
- * a memoryless policy cannot tell that it holds a report to bring home. */
-PG_DEVICE static void ds_report_column(const Env *env, int i, float *obs) {
+/* The trailing columns of every drone row of instance i, after the obstacle
+ * slots: with obs_report, the drone's report: 0 when it owns no confirmed,
+ * undelivered victim, else (window + 1) / (m_deliver + 1) of its most urgent
+ * such report, in (0, 1] (1 on the step it confirmed, 1 / (m_deliver + 1) on
+ * the last step a link can still deliver it): what a drone knows about
+ * itself, and without it a memoryless policy cannot tell that it carries a
+ * report to bring home. Then, with obs_drone_id, the drone's index
+ * d / (n_drones - 1) (0 with one drone): lets one shared policy give drones
+ * different roles. */
+PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
     const int n = env->n, m = env->m, dim = env->obs_dim;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
-    const float scale = 1.0f / (float)(env->ep_m_deliver[i] + 1);
-    float *column = obs + od * dim + (dim - 1);
-    for (int d = 0; d < n; d++) column[(size_t)d * dim] = 0.0f;
-    for (int v = 0; v < m; v++) {
-        if (env->status[ov + v] != DS_CONFIRMED) continue;
-        float *slot = column + (size_t)env->owner[ov + v] * dim;
-        float left = (float)(env->window[ov + v] + 1) * scale;
-        if (*slot == 0.0f || left < *slot) *slot = left;
+    float *tail = obs + od * dim + (dim - env->report - env->drone_id);
+    if (env->report) {
+        const float scale = 1.0f / (float)(env->ep_m_deliver[i] + 1);
+        for (int d = 0; d < n; d++) tail[(size_t)d * dim] = 0.0f;
+        for (int v = 0; v < m; v++) {
+            if (env->status[ov + v] != DS_CONFIRMED) continue;
+            float *slot = tail + (size_t)env->owner[ov + v] * dim;
+            float left = (float)(env->window[ov + v] + 1) * scale;
+            if (*slot == 0.0f || left < *slot) *slot = left;
+        }
+        tail++;
+    }
+    if (env->drone_id) {
+        const float scale = n > 1 ? 1.0f / (float)(n - 1) : 0.0f;
+        for (int d = 0; d < n; d++) tail[(size_t)d * dim] = (float)d * scale;
     }
 }
 
@@ -926,7 +938,7 @@ PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, const
         for (int d = 0; d < n; d++)
             for (int s = 10; s < dim; s++) obs[(od + d) * dim + s] = 0.0f;
     if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report) ds_report_column(env, i, obs);
+    if (env->report | env->drone_id) ds_tail_columns(env, i, obs);
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
@@ -1306,7 +1318,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         scan_near |= (uint64_t)near << d;
     }
     if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report) ds_report_column(env, i, obs);
+    if (env->report | env->drone_id) ds_tail_columns(env, i, obs);
     DS_TICK(DS_PH_DETECT);
 
     /* inputs of the block-wide rewards and observations */

@@ -107,7 +107,8 @@ class DroneSwarmReference:
         self.num_agents = E * n
         self.agents_per_env = n
         self.report = int(c["obs_report"])
-        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles + self.report
+        self.drone_id = int(c["obs_drone_id"])
+        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles + self.report + self.drone_id
         self.layout = state_layout(c)
         self.side = self.layout["cells_per_side"]
         self.cells = self.side * self.side
@@ -459,7 +460,10 @@ class DroneSwarmReference:
             first = 10 + 3 * self.k
             obs[:, :, first:first + 4 * self.k_obstacles] = self._obstacle_slots(idx)
         if self.report:
-            obs[:, :, -1] = self._report_column(idx)
+            obs[:, :, self.obs_dim - self.report - self.drone_id] = self._report_column(idx)
+        if self.drone_id:
+            scale = f32(1) / f32(n - 1) if n > 1 else f32(0)
+            obs[:, :, -1] = np.arange(n, dtype=np.float32) * scale
         obs = np.clip(obs, f32(-1), f32(1))
         rows = (idx[:, None] * n + np.arange(n)).ravel()
         self.observations[rows] = obs.reshape(-1, self.obs_dim)
