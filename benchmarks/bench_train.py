@@ -55,7 +55,7 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")  # as `peregrine train` does
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from peregrine.train.config import load_config  # noqa: E402
+from peregrine.train.config import load_config, read_toml, resolve_config_file  # noqa: E402
 from peregrine.train.ppo import Trainer, compute_gae  # noqa: E402
 
 
@@ -71,18 +71,23 @@ def torch_gae(rewards, values, dones, last_value, gamma, lam, out):
     return out
 
 SOLVE_RETURN = 475.0
+
+
+def variant_overrides(env_name: str, variant: str) -> list:
+    """A shipped config variant (configs/<env>-<variant>.toml) as (key, value) overrides."""
+    path = resolve_config_file(env_name, variant)
+    return [(f"{section}.{key}", value) for section, values in read_toml(path).items()
+            if section != "env" for key, value in values.items()]
+
 # Throughput-oriented: 2048 envs x 16 steps per update, one epoch of four
 # 8192-sample minibatches, a 32-unit MLP. It still learns (slowly per sample).
 THROUGHPUT = [("vec.num_envs", 2048), ("vec.num_threads", 1), ("train.horizon", 16),
               ("train.update_epochs", 1), ("train.minibatch_size", 8192),
               ("train.learning_rate", 1e-2), ("train.torch_threads", 1),
               ("policy.hidden_size", 32)]
-# THROUGHPUT with ReLU, 1024 envs x 16 steps and one epoch of eight 2048-sample
-# minibatches: this torch's CPU tanh costs ~35x a ReLU per element (with tanh it
-# is the rollout's largest op), and eight gradient steps per update solve
-# CartPole in about 1.5-2M steps (benchmarks/RESULTS.md, "Overlap").
-THROUGHPUT_SOLVES = [*THROUGHPUT, ("vec.num_envs", 1024), ("train.minibatch_size", 2048),
-                     ("policy.activation", "relu")]
+# The shipped throughput config that solves, `peregrine train cartpole --config fast`
+# (configs/cartpole-fast.toml), as overrides over the shipped cartpole.toml.
+THROUGHPUT_SOLVES = variant_overrides("cartpole", "fast")
 
 
 def make_trainer(config):

@@ -52,6 +52,32 @@ def test_another_world_is_explicit_and_named(checkpoint):
     assert "checkpoint" in result["world"] and "max_steps=10" in result["world"]
 
 
+def test_another_preset_keeps_the_checkpoints_observation_fields(tmp_path):
+    """obs_report / obs_drone_id belong to the agent: --preset keeps them, so the
+    policy still reads the observations (19 + 2 columns), and says so."""
+    from peregrine.train.checkpoint import make_env, save
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy, describe_space
+    trained = {**TRAINED, "obs_report": 1, "obs_drone_id": 1}
+    with peregrine.make("drone_swarm", num_envs=1, seed=0, obs_report=1, obs_drone_id=1) as env:
+        policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
+        path = tmp_path / "latest.pt"
+        save(path, {"policy": policy.state_dict(),
+                    "config": {"policy": asdict(PolicyConfig()), "env": trained},
+                    "observation_space": describe_space(env.single_observation_space),
+                    "action_space": describe_space(env.single_action_space),
+                    "env_name": "drone_swarm"})
+    result = evaluate("drone_swarm", str(path), episodes=2, seed=0, preset="default", max_steps=5)
+    assert result["env_config"]["n_drones"] == 8 and result["env_config"]["obs_report"] == 1
+    assert result["world"] == ("preset default with the checkpoint's obs_report=1, "
+                               "obs_drone_id=1, overridden: max_steps=5")
+    with make_env(str(path), preset="default") as env:
+        assert env.obs_dim == 21 and env.config["world_size"] == 100.0
+    # an explicit override still wins, and the mismatch is then refused by name
+    with pytest.raises(ValueError, match="observation_space"):
+        evaluate("drone_swarm", str(path), episodes=1, seed=0, preset="default", obs_drone_id=0)
+
+
 def test_scripted_policies_default_to_the_default_preset():
     world = eval_world("drone_swarm", "voronoi")
     assert world["kwargs"] == {} and world["description"] == "preset default"

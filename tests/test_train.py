@@ -307,10 +307,27 @@ def test_replayed_log_probs_equal_rollout_log_probs(lstm):
     trainer.close()
 
 
-@pytest.mark.parametrize("env_name", __import__("peregrine.train.config", fromlist=["x"]).shipped_configs())
-def test_every_shipped_config_loads_and_trains_one_small_update(env_name):
+def _shipped():
+    from peregrine.train.config import shipped_configs, shipped_variants
+    return [(env, None) for env in shipped_configs()] + \
+        [(env, variant) for env in shipped_configs() for variant in shipped_variants(env)]
+
+
+def test_config_variants_are_named_and_unknown_names_are_refused():
+    from peregrine.train.config import shipped_configs, shipped_variants
+    assert "cartpole" in shipped_configs() and "cartpole-fast" not in shipped_configs()
+    assert "fast" in shipped_variants("cartpole")
+    fast = load_config("cartpole", "fast")
+    assert fast.vec.num_envs == 1024 and fast.policy.activation == "relu"
+    assert fast.train.stop_return == load_config("cartpole").train.stop_return  # layered
+    with pytest.raises(ValueError, match="neither a file nor a shipped variant.*variants: fast"):
+        load_config("cartpole", "fats")
+
+
+@pytest.mark.parametrize("env_name, variant", _shipped())
+def test_every_shipped_config_loads_and_trains_one_small_update(env_name, variant):
     """Each shipped TOML is valid for its env, and its env/policy settings run (sizes shrunk)."""
-    config = load_config(env_name, overrides=[("vec.num_envs", 2), ("train.horizon", 8),
+    config = load_config(env_name, variant, overrides=[("vec.num_envs", 2), ("train.horizon", 8),
                                               ("train.minibatch_size", 16),
                                               ("train.total_steps", 1)])
     trainer = Trainer(config)

@@ -14,7 +14,9 @@ world it was trained in (its [env] section: preset and config fields, rewards
 included) unless `preset` is given; any other policy in the "default" preset.
 Config fields passed as keywords override either. `eval_world` resolves this
 once for `evaluate`, `peregrine eval` and `peregrine render`; the result says
-which world ran ("world").
+which world ran ("world"). With `preset`, a checkpoint keeps its env class's
+`agent_fields` (observation columns that belong to the agent, such as
+DroneSwarm's `obs_report`), so its policy can still read the observations.
 
 How episodes are counted, so that the statistics are unbiased and their count
 is exactly `episodes`: every instance of a batch contributes only its first
@@ -55,18 +57,19 @@ def eval_world(env_name: str, policy, preset: str | None = None, overrides: dict
     (config fields) apply on top.
     """
     overrides = dict(overrides or {})
+    checkpoint = is_checkpoint(env_name, policy)
+    if checkpoint:
+        trained_name, trained = _checkpoint_world(env_name, policy)
     if preset is not None:
         base, source = {"preset": preset}, f"preset {preset}"
-    elif is_checkpoint(env_name, policy):
-        try:
-            from .train.checkpoint import env_kwargs
-        except ImportError as error:
-            raise ValueError(f"cannot read checkpoint {os.fspath(policy)!r}: the trainer "
-                             f"(needs torch) is not available: {error}") from None
-        trained_name, base = env_kwargs(policy)
-        if trained_name is not None and trained_name != env_name:
-            raise ValueError(f"checkpoint {os.fspath(policy)!r} was trained on {trained_name!r}, "
-                             f"not {env_name!r}")
+        # The agent's own sensors (observation columns a preset does not choose) stay
+        # the checkpoint's, or its policy could not read the observations.
+        kept = {k: trained[k] for k in _agent_fields(env_name) if checkpoint and k in trained}
+        if kept:
+            base.update(kept)
+            source += " with the checkpoint's " + ", ".join(f"{k}={v!r}" for k, v in kept.items())
+    elif checkpoint:
+        base = trained
         fields = [f"{k}={v!r}" for k, v in base.items() if k != "preset"]
         source = (f"the checkpoint's own (preset {base.get('preset', 'default')}"
                   + (f", {', '.join(fields)}" if fields else "") + ")")
@@ -78,6 +81,27 @@ def eval_world(env_name: str, policy, preset: str | None = None, overrides: dict
         source += ", overridden: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
     return {"kwargs": {**base, **overrides}, "description": source,
             "explicit": preset is not None or bool(overrides)}
+
+
+def _checkpoint_world(env_name: str, policy) -> tuple:
+    """(env name, env keywords) a checkpoint was trained with."""
+    try:
+        from .train.checkpoint import env_kwargs
+    except ImportError as error:
+        raise ValueError(f"cannot read checkpoint {os.fspath(policy)!r}: the trainer "
+                         f"(needs torch) is not available: {error}") from None
+    trained_name, trained = env_kwargs(policy)
+    if trained_name is not None and trained_name != env_name:
+        raise ValueError(f"checkpoint {os.fspath(policy)!r} was trained on {trained_name!r}, "
+                         f"not {env_name!r}")
+    return trained_name, trained
+
+
+def _agent_fields(env_name: str) -> tuple:
+    """The env's config fields that describe the agent's observations rather than the
+    world (its class's `agent_fields`, e.g. DroneSwarm's obs_report)."""
+    from .registry import ENVS, env_class
+    return tuple(getattr(env_class(env_name), "agent_fields", ())) if env_name in ENVS else ()
 
 
 def _check_positive(name: str, value) -> int:

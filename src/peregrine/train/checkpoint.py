@@ -197,15 +197,17 @@ def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None =
              num_threads: int = 1, preset: str | None = None, **overrides: Any) -> NativeEnv:
     """A batch of the env a checkpoint was trained on, in its own world.
 
-    `preset` replaces the checkpoint's world by that preset; `overrides` (config
-    fields) are applied on top of either.
+    `preset` replaces the checkpoint's world by that preset (keeping the agent's
+    observation fields, as evaluation does); `overrides` (config fields) are
+    applied on top of either.
     """
+    from ..evaluate import eval_world
     from ..registry import make
-    name, trained = env_kwargs(path)
+    name, _trained = env_kwargs(path)
     if name is None:
         raise ValueError(f"checkpoint {str(path)!r} records no env config: make the env yourself")
-    base = trained if preset is None else {"preset": preset}
-    return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **{**base, **overrides})
+    world = eval_world(name, path, preset, overrides)
+    return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **world["kwargs"])
 
 
 def world_differences(trained: dict, env_name: str, env: Any) -> dict:

@@ -25,18 +25,24 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs
+from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
     parser.epilog = (f"Overrides: --SECTION.KEY VALUE with SECTION one of "
                      f"{['env', *SECTIONS]} (e.g. --train.learning-rate 3e-4, "
-                     f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}.")
+                     f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}; "
+                     f"variants (--config NAME): {_variants()}.")
     parser.usage = ("peregrine train [ENV] [--config FILE] [--resume RUN_DIR] [--seed N] "
                     "[--total-steps N] [--run-dir DIR] [--nproc N] [--monitor | --detach] "
                     "[--SECTION.KEY VALUE ...]")
     parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
     _add_flags(parser)
+
+
+def _variants() -> str:
+    found = [f"{env} {name}" for env in shipped_configs() for name in shipped_variants(env)]
+    return ", ".join(found) or "none"
 
 
 def parse_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
@@ -51,7 +57,8 @@ def parse_arguments(parser: argparse.ArgumentParser, argv) -> argparse.Namespace
 
 
 def _add_flags(parser):
-    parser.add_argument("--config", help="TOML file layered over the env's shipped config")
+    parser.add_argument("--config", help="TOML file layered over the env's shipped config, "
+                        "or the name of a shipped variant (e.g. --config fast)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
     parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
     parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")

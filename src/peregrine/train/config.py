@@ -4,7 +4,9 @@ A run's configuration is resolved in layers, later ones winning:
 
     built-in defaults (the dataclasses below)
     -> the env's shipped file, peregrine/train/configs/<env>.toml
-    -> a user file (--config FILE)
+    -> a user file (--config FILE), or a shipped variant of the env's config
+       (--config NAME: peregrine/train/configs/<env>-NAME.toml, e.g. the
+       throughput-oriented `fast` ones)
     -> command-line overrides (--train.learning-rate 3e-4, --vec.num-envs 64)
 
 Sections `vec`, `train` and `policy` have fixed keys with types taken from the
@@ -144,7 +146,26 @@ def shipped_config_path(env_name: str) -> Path:
 
 
 def shipped_configs() -> list[str]:
-    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml"))
+    """The envs with a shipped config (variants, <env>-NAME.toml, are not listed)."""
+    return sorted(p.stem for p in CONFIG_DIR.glob("*.toml") if "-" not in p.stem)
+
+
+def shipped_variants(env_name: str) -> list[str]:
+    """Names of the env's shipped config variants: --config NAME."""
+    return sorted(p.stem.split("-", 1)[1] for p in CONFIG_DIR.glob(f"{env_name}-*.toml"))
+
+
+def resolve_config_file(env_name: str | None, config_file) -> Path:
+    """--config's argument as a file: an existing path, or the name of one of the env's
+    shipped variants."""
+    path = Path(config_file)
+    if path.is_file() or env_name is None or path.suffix or path.name != str(config_file):
+        return path
+    if str(config_file) in shipped_variants(env_name):
+        return CONFIG_DIR / f"{env_name}-{config_file}.toml"
+    variants = shipped_variants(env_name)
+    raise ValueError(f"config {str(config_file)!r} is neither a file nor a shipped variant of "
+                     f"{env_name}'s config (variants: {', '.join(variants) or 'none'})")
 
 
 def read_toml(path: str | os.PathLike[str]) -> dict:
@@ -171,7 +192,8 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
     layers: list[dict] = []
     if base is not None:
         layers.append(base)
-    user = read_toml(config_file) if config_file is not None else {}
+    user = read_toml(resolve_config_file(env_name, config_file)) \
+        if config_file is not None else {}
     if env_name is None:
         env_name = (user.get("env", {}) or {}).get("name") or (base or {}).get("env", {}).get("name")
     if env_name is None:

@@ -206,6 +206,10 @@ class DroneSwarm(NativeEnv):
                                       "obs_n_obstacles": 3},
     }
 
+    #: observation columns that belong to the agent, not the world: evaluating a
+    #: checkpoint in another preset keeps its values (peregrine.evaluate.eval_world)
+    agent_fields = ("obs_report", "obs_drone_id")
+
     #: tests/fuzz_native.py also sets every field to its extremes on this preset
     fuzz_preset = "wilderness_obstacles_hard"
 
