@@ -239,6 +239,7 @@ class SplitCollector:
         device = torch.device(device)
         if staged is None:
             staged = device.type == "cuda"
+        self.device, self.staged = device, staged
         blocks = environment.split_blocks(env)
         self.halves, begin = [], 0
         for block in blocks:
@@ -264,6 +265,10 @@ class SplitCollector:
         starts = [trainer.next_starts[half.begin:half.end] for half in halves]
         self.clock.restart()
         self.busy = 0.0
+        if self.staged and self.device.type == "cuda":
+            # The last rollout's final observations may still be in flight from the
+            # staging arrays (the last value in `advantages`): one sync per rollout.
+            torch.cuda.current_stream(self.device).synchronize()
         for half in halves:             # after a reset or restore the staging is stale
             half.rows.load()
         try:
