@@ -37,8 +37,9 @@ Parts:
               --split-repeats back-to-back pairs): training SPS, CPU-second SPS and
               the time split (env = seconds waited for env steps, env_hidden = env
               seconds that ran beside the forward) for the CartPole throughput config
-              that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm config. Not
-              in the default set.
+              that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm config;
+              --split-device cuda puts the learner on the GPU (C envs feeding it).
+              Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -290,13 +291,15 @@ def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int,
 
 
 def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
-               core_sets=("0,1",)) -> dict:
-    """vec.split 1 against 2 on the same cores, per env (see the module docstring)."""
-    out: dict = {"load_average_before": os.getloadavg(), "rows": []}
+               core_sets=("0,1",), device: str = "cpu") -> dict:
+    """vec.split 1 against 2 on the same cores, per env, the learner on `device`
+    (see the module docstring)."""
+    out: dict = {"load_average_before": os.getloadavg(), "device": device, "rows": []}
     for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
         for cores in core_sets:
             runs = best_of(repeats, lambda: {
-                split: pinned_throughput(cores, env_name, steps, [("vec.split", split)])
+                split: pinned_throughput(cores, env_name, steps,
+                                         [("vec.split", split), ("train.device", device)])
                 for split in (1, 2)})
             row = {"env": env_name, "cores": cores,
                    **{f"sps_split_{k}": run["sps"] for k, run in runs.items()},
@@ -307,7 +310,7 @@ def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
             out["rows"].append(row)
             shares = {k: {name: round(v, 3) for name, v in run["split"].items()}
                       for k, run in runs.items()}
-            print(f"split part: {env_name} taskset -c {cores}: split 1 {row['sps_split_1']:,.0f} "
+            print(f"split part: {env_name} on {device}, taskset -c {cores}: split 1 {row['sps_split_1']:,.0f} "
                   f"SPS, split 2 {row['sps_split_2']:,.0f} SPS (x{row['speedup']:.2f}); "
                   f"CPU-second SPS {row['cpu_sps_split_1']:,.0f} / {row['cpu_sps_split_2']:,.0f}; "
                   f"time shares {shares}", flush=True)
@@ -452,6 +455,8 @@ def main(argv=None) -> int:
                         help="split part: keep the fastest of this many split 1 / split 2 pairs")
     parser.add_argument("--split-cores", nargs="+", default=["0,1"],
                         help="split part: taskset core lists to measure on")
+    parser.add_argument("--split-device", default="cpu", choices=["cpu", "cuda"],
+                        help="split part: the learner's device (train.device)")
     parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
     parser.add_argument("--drone-steps", type=int, default=8_000_000)
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
@@ -509,7 +514,7 @@ def main(argv=None) -> int:
                                           args.overlap_drone_steps, args.overlap_repeats)
     if "split" in parts:
         results["split"] = split_part(args.split_cartpole_steps, args.split_drone_steps,
-                                      args.split_repeats, args.split_cores)
+                                      args.split_repeats, args.split_cores, args.split_device)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:
