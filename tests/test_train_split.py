@@ -141,11 +141,11 @@ def test_staged_rows_give_the_same_run(case):
         staged.close()
 
 
-@pytest.mark.parametrize("case", ["mlp", "drone_swarm"])
+@pytest.mark.parametrize("case", ["mlp", "drone_swarm", "prospector"])
 def test_each_half_writes_its_own_rows(case):
     """What each half's env returned lands in that half's storage rows: the next
-    step's observations, the episode ends, and the rewards, with gamma * V(final
-    observation) added on the rows cut by truncation alone."""
+    step's observations (and valid-action mask), the episode ends, and the rewards,
+    with gamma * V(final observation) added on the rows cut by truncation alone."""
     trainer = Trainer(split_config(case))
     outputs = {0: [], 1: []}
     for index, half in enumerate(trainer.collector.halves):
@@ -167,8 +167,11 @@ def test_each_half_writes_its_own_rows(case):
             assert len(outputs[index]) == trainer.horizon
             for step, out in enumerate(outputs[index]):
                 if step + 1 < trainer.horizon:
-                    assert torch.equal(storage.obs[step + 1, rows],
-                                       torch.from_numpy(out["observations"]))
+                    observations = torch.from_numpy(out["observations"])
+                    assert torch.equal(storage.obs[step + 1, rows], observations)
+                    if storage.action_mask is not None:
+                        valid = observations[:, trainer.pipeline.mask_slice] > 0.5
+                        assert torch.equal(storage.action_mask[step + 1, rows], valid)
                 assert torch.equal(storage.dones[step, rows],
                                    torch.from_numpy(out["terminals"] | out["truncations"]))
                 cut = torch.from_numpy(out["truncations"] & ~out["terminals"])
@@ -202,6 +205,27 @@ def test_lstm_state_is_carried_per_row():
                 assert torch.allclose(whole[rows], part, atol=1e-6)
         # The state is not the zero state: it was carried through the rollout.
         assert h.abs().sum() > 0
+    finally:
+        trainer.close()
+
+
+def test_lstm_segments_replay_what_each_half_sampled():
+    """Training replays every row's segments from the states the split rollout stored
+    (per half, zeroed at episode starts): before any update the replay gives back
+    the stored log-probs and values, so each half's state was carried and stored
+    in its own rows."""
+    trainer = Trainer(split_config("lstm"))
+    try:
+        trainer.collect()
+        assert trainer.storage.starts[1:].any()      # episodes restarted mid-rollout
+        checked = 0
+        with torch.no_grad():
+            for batch, _ in next(iter(trainer.minibatches())):
+                evaluation = trainer.evaluate(batch, entropy=False)
+                assert torch.allclose(evaluation.logprobs, batch["logprobs"], atol=1e-5)
+                assert torch.allclose(evaluation.values, batch["values"], atol=1e-5)
+                checked += batch["logprobs"].numel()
+        assert checked == trainer.storage.size
     finally:
         trainer.close()
 
@@ -284,6 +308,11 @@ def test_an_env_object_cannot_be_split():
             Trainer(split_config(), env=env)
     finally:
         env.close()
+
+
+def test_a_teacher_object_is_refused():
+    with pytest.raises(ValueError, match="vec.split = 2 does not support a teacher"):
+        Trainer(split_config(), teacher=lambda observations: np.zeros(len(observations)))
 
 
 def test_pinned_action_buffers_are_for_cuda_only():

@@ -176,6 +176,9 @@ class Trainer:
             if self.dist is not None:
                 raise ValueError("vec.split = 2 is not available with several ranks yet (each "
                                  "rank's halves would share seeds with the next rank's)")
+            if teacher is not None:     # train.teacher is refused by config validation
+                raise ValueError("vec.split = 2 does not support a teacher (kickstarting) yet; "
+                                 "set vec.split = 1")
             self.collector = SplitCollector(env, device, t, mask_slice)
             self.pipeline = self.collector.pipeline
         else:
