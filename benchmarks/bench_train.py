@@ -310,8 +310,9 @@ def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
             out["rows"].append(row)
             shares = {k: {name: round(v, 3) for name, v in run["split"].items()}
                       for k, run in runs.items()}
-            print(f"split part: {env_name} on {device}, taskset -c {cores}: split 1 {row['sps_split_1']:,.0f} "
-                  f"SPS, split 2 {row['sps_split_2']:,.0f} SPS (x{row['speedup']:.2f}); "
+            print(f"split part: {env_name} on {device}, taskset -c {cores}: split 1 "
+                  f"{row['sps_split_1']:,.0f} SPS, split 2 {row['sps_split_2']:,.0f} SPS "
+                  f"(x{row['speedup']:.2f}); "
                   f"CPU-second SPS {row['cpu_sps_split_1']:,.0f} / {row['cpu_sps_split_2']:,.0f}; "
                   f"time shares {shares}", flush=True)
     out["load_average_after"] = os.getloadavg()

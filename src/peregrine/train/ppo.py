@@ -20,7 +20,7 @@ The parts, each in its own module and chosen once at construction:
 * `kickstart.Kickstarter`: the teacher's labels and its loss term;
 * `advantages.compute_gae` and `loss.ppo_loss` (statistics as `LossStats`).
 
-Two env paths, chosen once at construction (the other parts are the same):
+Three env paths, chosen once at construction (the other parts are the same):
 * a host batch (NumPy buffers: native, serial, multiprocessing):
   `ObservationPipeline` reads zero-copy views of its arrays and actions reach
   it through a preallocated NumPy array;
@@ -28,15 +28,16 @@ Two env paths, chosen once at construction (the other parts are the same):
   `train.device`, torch buffers; a GPU env on CUDA): `DeviceObservationPipeline`
   and the env's own `actions` tensor, with no host synchronisation in the
   rollout (truncated rows are bootstrapped with a mask, episode statistics are
-  read once per update; `tests/test_train_device.py` enforces it).
-A host native batch with `vec.split = 2` is a third choice, of the env (two
-native blocks, environment.make_env), the pipeline (one per half) and the
-collector (collect.SplitCollector; on CUDA through pinned memory).
+  read once per update; `tests/test_train_device.py` enforces it);
+* a host native batch split in two halves (`vec.split = 2`): the env (two
+  native blocks, environment.make_env), one `ObservationPipeline` and
+  `ActionBuffer` per half, and `collect.SplitCollector` (on CUDA through pinned
+  memory with non-blocking copies).
 `train.precision = "bf16"` runs every policy forward (rollout and learning)
 under autocast; weights, optimizer state, stored values and losses stay fp32.
 
 Memory: nothing is copied per step beyond the observation row block into
-storage.
+storage (and, with vec.split on CUDA, the env outputs into pinned staging).
 
 Correctness points worth naming:
 * Terminals and truncations stay apart. A truncated row's reward is
