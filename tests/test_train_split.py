@@ -74,6 +74,23 @@ def test_same_seed_gives_identical_runs(case):
         other.close()
 
 
+@pytest.mark.parametrize("case", ["mlp", "drone_swarm"])
+def test_episode_statistics_cover_both_halves(case):
+    """The update's episode count is every episode that ended in either half's rows
+    (a DroneSwarm episode ends on all 8 drone rows of its instance at once)."""
+    trainer = Trainer(split_config(case))
+    try:
+        rows_per_episode = trainer.rows // trainer.env.num_envs
+        for _ in range(2):
+            record = trainer.update()
+            ended = int(trainer.storage.dones.sum()) // rows_per_episode
+            assert ended > 0 and record["episodes_this_update"] == ended
+            halves = trainer.collector.halves
+            assert all(trainer.storage.dones[:, half.begin:half.end].any() for half in halves)
+    finally:
+        trainer.close()
+
+
 def test_halves_run_their_own_streams():
     """Block b is seeded as vector.Serial seeds its block b (seed + b*phi): the halves'
     instances do not repeat each other's episodes, and the batch is that backend's."""
