@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_train.py --seeds 1 2 3 --skip-sb3
     .venv/bin/python benchmarks/bench_train.py --only throughput --json out.json
     .venv/bin/python benchmarks/bench_train.py --only overlap --seeds 1 2 3 4 5
+    .venv/bin/python benchmarks/bench_train.py --only split
 
 Parts:
   solve       the shipped CartPole config on each seed until the mean return of
@@ -29,6 +30,16 @@ Parts:
               overlap) for the shipped CartPole config on --seeds and for
               THROUGHPUT_SOLVES on two seeds; beside them, two data-parallel
               ranks against one (bench_distributed.py). Not in the default set.
+  split       vec.split = 2 (the native batch as two halves stepped alternately, each
+              half's env step on a worker thread beside the other half's forward)
+              against vec.split = 1, each pinned with `taskset -c 0,1` (and `-c 0`
+              with --split-cores 0 0,1), in one invocation (the fastest of
+              --split-repeats back-to-back pairs): training SPS, CPU-second SPS and
+              the time split (env = seconds waited for env steps, env_hidden = env
+              seconds that ran beside the forward) for the CartPole throughput config
+              that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm config;
+              --split-device cuda puts the learner on the GPU (C envs feeding it).
+              Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -129,7 +140,8 @@ def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPU
                 split[key] = split.get(key, 0.0) + value
         seconds = trainer.elapsed - start_time
         # Shares of the busy seconds (env + forward + learn; with overlap these ran in two
-        # processes at once, and "wait"/"overlap" are shown beside them, not in the sum).
+        # processes at once, and "wait"/"overlap"/"env_hidden" are shown beside them, not
+        # in the sum).
         total = sum(split[key] for key in ("env", "forward", "learn"))
         return {"config": dict(base), "steps": trainer.global_step - start_steps,
                 "seconds": seconds, "cpu_seconds": trainer.cpu_seconds - start_cpu,
@@ -141,10 +153,11 @@ def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPU
         trainer.close()
 
 
-def pinned_throughput(cores: str, env_name: str, steps: int, overlap: bool) -> dict:
-    """throughput_run in a child process pinned with `taskset -c cores` (the overlap
-    actor, spawned by it, inherits the pinning)."""
-    spec = json.dumps({"env": env_name, "steps": steps, "overlap": overlap})
+def pinned_throughput(cores: str, env_name: str, steps: int, overrides=()) -> dict:
+    """throughput_run with `overrides` in a child process pinned with `taskset -c cores`
+    (the overlap actor, spawned by it, and the split env-step thread inherit the
+    pinning)."""
+    spec = json.dumps({"env": env_name, "steps": steps, "overrides": list(overrides)})
     result = subprocess.run(["taskset", "-c", cores, sys.executable, os.path.abspath(__file__),
                              "--pinned-child", spec], capture_output=True, text=True, check=False)
     if result.returncode != 0:
@@ -155,7 +168,7 @@ def pinned_throughput(cores: str, env_name: str, steps: int, overlap: bool) -> d
 def pinned_child(spec: str) -> None:
     spec = json.loads(spec)
     base = THROUGHPUT_SOLVES if spec["env"] == "cartpole" else []
-    run = throughput_run(spec["steps"], [("train.overlap", spec["overlap"])], spec["env"], base)
+    run = throughput_run(spec["steps"], [tuple(o) for o in spec["overrides"]], spec["env"], base)
     print(json.dumps(run))
 
 
@@ -251,9 +264,9 @@ def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int,
               f"overlap speed-up {row['ideal_overlap_speedup']:.2f}", flush=True)
     for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
         for overlap in (False, True):
-            runs = best_of(repeats, lambda: {cores: pinned_throughput(cores, env_name, steps,
-                                                                      overlap)
-                                             for cores in ("0", "0,1")})
+            runs = best_of(repeats, lambda: {
+                cores: pinned_throughput(cores, env_name, steps, [("train.overlap", overlap)])
+                for cores in ("0", "0,1")})
             row = {"env": env_name, "overlap": overlap,
                    **{f"sps_{c}": runs[c]["sps"] for c in runs},
                    **{f"cpu_sps_{c}": runs[c]["cpu_sps"] for c in runs},
@@ -278,6 +291,37 @@ def overlap_part(seeds, cap: int, cartpole_steps: int, drone_steps: int,
                   f"SPS {[round(r['sps']) for r in runs]}", flush=True)
     out["load_average_after"] = os.getloadavg()
     print(f"overlap part: load average before {out['load_average_before']}, "
+          f"after {out['load_average_after']}", flush=True)
+    return out
+
+
+def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
+               core_sets=("0,1",), device: str = "cpu") -> dict:
+    """vec.split 1 against 2 on the same cores, per env, the learner on `device`
+    (see the module docstring)."""
+    out: dict = {"load_average_before": os.getloadavg(), "device": device, "rows": []}
+    for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
+        for cores in core_sets:
+            runs = best_of(repeats, lambda: {
+                split: pinned_throughput(cores, env_name, steps,
+                                         [("vec.split", split), ("train.device", device)])
+                for split in (1, 2)})
+            row = {"env": env_name, "cores": cores,
+                   **{f"sps_split_{k}": run["sps"] for k, run in runs.items()},
+                   **{f"cpu_sps_split_{k}": run["cpu_sps"] for k, run in runs.items()},
+                   **{f"split_{k}": run["split"] for k, run in runs.items()},
+                   "speedup": runs[2]["sps"] / runs[1]["sps"],
+                   "recent_return": {k: run["recent_return"] for k, run in runs.items()}}
+            out["rows"].append(row)
+            shares = {k: {name: round(v, 3) for name, v in run["split"].items()}
+                      for k, run in runs.items()}
+            print(f"split part: {env_name} on {device}, taskset -c {cores}: split 1 "
+                  f"{row['sps_split_1']:,.0f} SPS, split 2 {row['sps_split_2']:,.0f} SPS "
+                  f"(x{row['speedup']:.2f}); "
+                  f"CPU-second SPS {row['cpu_sps_split_1']:,.0f} / {row['cpu_sps_split_2']:,.0f}; "
+                  f"time shares {shares}", flush=True)
+    out["load_average_after"] = os.getloadavg()
+    print(f"split part: load average before {out['load_average_before']}, "
           f"after {out['load_average_after']}", flush=True)
     return out
 
@@ -406,11 +450,19 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
     parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
-                                           "overlap"], nargs="+")
+                                           "overlap", "split"], nargs="+")
     parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
     parser.add_argument("--overlap-drone-steps", type=int, default=2_000_000)
     parser.add_argument("--overlap-repeats", type=int, default=2,
                         help="overlap part: keep the fastest of this many 1-core/2-core pairs")
+    parser.add_argument("--split-cartpole-steps", type=int, default=8_000_000)
+    parser.add_argument("--split-drone-steps", type=int, default=2_000_000)
+    parser.add_argument("--split-repeats", type=int, default=2,
+                        help="split part: keep the fastest of this many split 1 / split 2 pairs")
+    parser.add_argument("--split-cores", nargs="+", default=["0,1"],
+                        help="split part: taskset core lists to measure on")
+    parser.add_argument("--split-device", default="cpu", choices=["cpu", "cuda"],
+                        help="split part: the learner's device (train.device)")
     parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
     parser.add_argument("--drone-steps", type=int, default=8_000_000)
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
@@ -466,6 +518,9 @@ def main(argv=None) -> int:
     if "overlap" in parts:
         results["overlap"] = overlap_part(args.seeds, args.cap, args.overlap_cartpole_steps,
                                           args.overlap_drone_steps, args.overlap_repeats)
+    if "split" in parts:
+        results["split"] = split_part(args.split_cartpole_steps, args.split_drone_steps,
+                                      args.split_repeats, args.split_cores, args.split_device)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

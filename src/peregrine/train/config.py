@@ -42,6 +42,9 @@ class VecConfig:
     num_envs: int = 16               # env instances; rows = num_envs * agents_per_env
     num_threads: int = 1             # C step threads inside one native batch
     num_workers: int = 1             # worker processes (peregrine.vector backends)
+    split: int = 1                   # 2: the native batch as two halves stepped alternately,
+    #                                  each half's env step (a worker thread) overlapping
+    #                                  the other half's policy forward (train/collect.py)
 
 
 @dataclass
@@ -369,6 +372,22 @@ def validate(config: Config) -> None:
             raise ValueError(f"train.overlap = true does not support "
                              f"{', '.join(name for name, _ in unsupported)} yet; turn those off "
                              f"or train.overlap off")
+    if v.split not in (1, 2):
+        raise ValueError(f"vec.split must be 1 or 2, got {v.split}")
+    if v.split > 1:
+        if v.backend != "native":
+            raise ValueError(f"vec.split = {v.split} needs vec.backend = 'native' (a host batch "
+                             f"of C envs), got vec.backend = {v.backend!r}")
+        if v.num_envs % v.split:
+            raise ValueError(f"vec.num_envs ({v.num_envs}) must be divisible by vec.split "
+                             f"({v.split}): the halves get the same number of instances")
+        unsupported = [name for name, value in (
+            ("train.overlap", t.overlap), ("train.normalize_obs", t.normalize_obs),
+            ("train.normalize_reward", t.normalize_reward), ("train.teacher", t.teacher))
+            if value]
+        if unsupported:
+            raise ValueError(f"vec.split = {v.split} does not support {', '.join(unsupported)} "
+                             f"yet; turn those off or set vec.split = 1")
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
                          f"({t.horizon}) when policy.lstm is true")

@@ -5,6 +5,13 @@ emulated Gymnasium/PettingZoo envs behind the same batch interface) or, for
 `vec.backend = "device"`, from `peregrine.make(..., device=...)`. Each returns a
 batch whose `reset`/`step` hand back the env's own buffers, updated in place.
 
+`vec.split = 2` (native backend only) makes the batch a `vector.Serial` of two
+native blocks of num_envs / 2 instances over one set of buffers (rows [0, R/2)
+and [R/2, R)), seeded as that backend seeds its blocks (block b: seed + b*phi).
+The trainer steps the blocks separately (`split_blocks`, collect.SplitCollector);
+everything else (reset, stream seeding, per-instance state, episode statistics)
+goes through the Serial batch as for any vector env.
+
 Exact resume. A native batch's future is fully determined by its per-instance
 state (`get_state`) plus each instance's random stream. The streams cannot be
 read back, so the trainer re-derives every stream from (seed, update index) at
@@ -35,9 +42,25 @@ def make_env(config, seed: int | None = None, device=None):
         return make(config.env_name, num_envs=vec.num_envs, seed=seed,
                     num_threads=vec.num_threads, device=device or "cpu", **kwargs)
     from .. import vector
+    if vec.split > 1:   # config validation: backend native, num_envs divisible by split
+        return vector.make(config.env_name, backend="serial", num_envs=vec.num_envs,
+                           num_workers=vec.split, num_threads=vec.num_threads, seed=seed,
+                           **kwargs)
     return vector.make(config.env_name, backend=vec.backend, num_envs=vec.num_envs,
                        num_workers=vec.num_workers, num_threads=vec.num_threads,
                        seed=seed, **kwargs)
+
+
+def split_blocks(env) -> list:
+    """The native batches of a `vec.split` env (make_env), in row order: each steps
+    its own rows of the env's buffers when called alone."""
+    blocks = getattr(env, "blocks", None)
+    if not blocks or any(len(block.units) != 1 or not hasattr(block.units[0], "_batch")
+                         for block in blocks):
+        raise ValueError("vec.split needs the env made by make_env for it (native blocks "
+                         "over one set of buffers); an env object passed to the Trainer "
+                         "cannot be split")
+    return [block.units[0] for block in blocks]
 
 
 def stream_seed(seed: int, update: int) -> int:
@@ -126,23 +149,52 @@ class ActionBuffer:
     actions are clipped to the space's bounds on the way in (the rollout storage
     keeps the unclipped sample, whose log-prob the loss replays); other spaces are
     copied as they are.
+
+    `pinned` (CUDA learner, host batch; collect.SplitCollector): the array is in
+    page-locked memory and `write` is a non-blocking device-to-host copy followed by
+    a CUDA event, so the caller's thread does not wait for the GPU; whoever hands
+    `array` to `env.step` calls `wait()` first (the event's synchronize). Without
+    it `write` is a plain (synchronous) copy and `wait()` does nothing. Only on
+    CUDA: pinned memory and events need it (refused otherwise).
     """
 
-    def __init__(self, action_space, rows: int, device, target: torch.Tensor | None = None):
+    def __init__(self, action_space, rows: int, device, target: torch.Tensor | None = None,
+                 pinned: bool = False):
         from gymnasium import spaces
-        if target is None:
+        device = torch.device(device)
+        if pinned and (target is not None or device.type != "cuda"):
+            raise ValueError("a pinned ActionBuffer is for a host batch fed from a CUDA "
+                             f"learner (device {device}, target given: {target is not None})")
+        self.copied = None           # the CUDA event after a pinned write
+        if target is not None:
+            self.array = self.view = target
+        elif pinned:
+            self.view = torch.from_numpy(
+                np.zeros((rows, *action_space.shape), dtype=action_space.dtype)).pin_memory()
+            self.array = self.view.numpy()
+            self.copied = torch.cuda.Event()
+        else:
             self.array = np.zeros((rows, *action_space.shape), dtype=action_space.dtype)
             self.view = torch.from_numpy(self.array)
-        else:
-            self.array = self.view = target
-        self.write = self.view.copy_
+        self._copy = self.view.copy_ if self.copied is None else self._copy_pinned
+        self.write = self._copy
         if isinstance(action_space, spaces.Box):
             self.low = torch.as_tensor(action_space.low, dtype=torch.float32, device=device)
             self.high = torch.as_tensor(action_space.high, dtype=torch.float32, device=device)
             self.write = self._write_clipped
 
     def _write_clipped(self, actions: torch.Tensor) -> None:
-        self.view.copy_(torch.maximum(torch.minimum(actions, self.high), self.low))
+        self._copy(torch.maximum(torch.minimum(actions, self.high), self.low))
+
+    def _copy_pinned(self, actions: torch.Tensor) -> None:
+        self.view.copy_(actions, non_blocking=True)
+        self.copied.record()
+
+    def wait(self) -> None:
+        """Blocks until the last `write` has reached `array` (pinned only; the CUDA
+        event's synchronize releases the GIL while it waits)."""
+        if self.copied is not None:
+            self.copied.synchronize()
 
 
 class StepClock:

@@ -9,6 +9,15 @@ with a warning and never stops training. TensorBoard event files go to
 RUN_DIR/tensorboard when `train.tensorboard` is true (the default) and
 tensorboard is installed.
 
+A record's `time_split` holds the update's seconds by phase: `env` (waiting for env
+steps), `forward` (the rest of the rollout: policy forward, sampling, storage
+writes, bootstraps, GAE) and `learn` (the PPO epochs). On the synchronous path
+`env` is the whole env step. With `vec.split = 2` (train/collect.py) a half's env
+step runs on a worker thread beside the other half's forward, and `env` is only
+the time the trainer WAITED for it: the overlapped part is hidden, and reported
+beside the three as `env_hidden` (not in their sum, not on the dashboard). With
+`train.overlap`, `wait` and `overlap` are added likewise (train/overlap.py).
+
 Resuming (`resume_from=(updates, global_step)` of the checkpoint): a run
 killed after its last checkpoint has already logged the updates it is about
 to redo, so the logs are first cut back to the checkpoint. metrics.jsonl loses

@@ -13,10 +13,14 @@ The parts, each in its own module and chosen once at construction:
   and valid-action mask columns; it writes each step's inputs into storage;
 * `environment.ActionBuffer`: the host array `env.step` receives (Box actions
   clipped on the way in);
+* `collect.SyncCollector` / `collect.SplitCollector`: how a rollout's steps are
+  gathered (every row at once, or two halves stepped alternately with each
+  half's env step on a worker thread beside the other half's forward,
+  `vec.split = 2`); `Trainer.collect` delegates to the one chosen;
 * `kickstart.Kickstarter`: the teacher's labels and its loss term;
 * `advantages.compute_gae` and `loss.ppo_loss` (statistics as `LossStats`).
 
-Two env paths, chosen once at construction (the other parts are the same):
+Three env paths, chosen once at construction (the other parts are the same):
 * a host batch (NumPy buffers: native, serial, multiprocessing):
   `ObservationPipeline` reads zero-copy views of its arrays and actions reach
   it through a preallocated NumPy array;
@@ -24,12 +28,16 @@ Two env paths, chosen once at construction (the other parts are the same):
   `train.device`, torch buffers; a GPU env on CUDA): `DeviceObservationPipeline`
   and the env's own `actions` tensor, with no host synchronisation in the
   rollout (truncated rows are bootstrapped with a mask, episode statistics are
-  read once per update; `tests/test_train_device.py` enforces it).
+  read once per update; `tests/test_train_device.py` enforces it);
+* a host native batch split in two halves (`vec.split = 2`): the env (two
+  native blocks, environment.make_env), one `ObservationPipeline` and
+  `ActionBuffer` per half, and `collect.SplitCollector` (on CUDA through pinned
+  memory with non-blocking copies).
 `train.precision = "bf16"` runs every policy forward (rollout and learning)
 under autocast; weights, optimizer state, stored values and losses stay fp32.
 
 Memory: nothing is copied per step beyond the observation row block into
-storage.
+storage (and, with vec.split on CUDA, the env outputs into pinned staging).
 
 Correctness points worth naming:
 * Terminals and truncations stay apart. A truncated row's reward is
@@ -60,6 +68,7 @@ import torch
 
 from . import environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
+from .collect import SplitCollector, SyncCollector
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -82,10 +91,6 @@ def precision_context(precision: str, device: torch.device):
     if precision == "fp32":
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-
-
-def _no_state(step, state, starts) -> None:
-    """`remember` for feed-forward policies: nothing to store."""
 
 
 def check_memory(config, rows: int, obs_dim: int) -> None:
@@ -164,14 +169,23 @@ class Trainer:
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
 
-        # A device batch (tensor buffers) and a host batch differ in two parts, chosen here.
+        # A device batch (tensor buffers), a host batch, and a host native batch split in
+        # two halves (vec.split) differ in the pipeline and the collector, chosen here.
         on_device = isinstance(observations, torch.Tensor)
         mask_slice = environment.action_mask_slice(env, config.env_name, p.action_mask)
-        pipeline = DeviceObservationPipeline if on_device else ObservationPipeline
-        self.pipeline = pipeline(env, observations, device, policy.obs_dim, t, mask_slice)
-        self.env_actions = environment.ActionBuffer(
-            action_space, rows, device, target=env.actions if on_device else None)
-        self.env_clock = environment.StepClock(device if on_device else torch.device("cpu"))
+        if config.vec.split > 1:
+            if self.dist is not None:
+                raise ValueError("vec.split = 2 is not available with several ranks yet (each "
+                                 "rank's halves would share seeds with the next rank's)")
+            if teacher is not None:     # train.teacher is refused by config validation
+                raise ValueError("vec.split = 2 does not support a teacher (kickstarting) yet; "
+                                 "set vec.split = 1")
+            self.collector = SplitCollector(env, device, t, mask_slice)
+            self.pipeline = self.collector.pipeline
+        else:
+            pipeline = DeviceObservationPipeline if on_device else ObservationPipeline
+            self.pipeline = pipeline(env, observations, device, policy.obs_dim, t, mask_slice)
+            self.collector = SyncCollector(env, action_space, rows, device, on_device)
         self.autocast = precision_context(t.precision, device)
         if teacher is None:
             teacher = t.teacher or None     # "" = no teacher
@@ -182,18 +196,17 @@ class Trainer:
             device, action_dim=None if mask_slice is None else policy.action_dim,
             teacher=self.kickstarter is not None,
             lstm_size=p.lstm_size if policy.use_lstm else 0, bptt=p.bptt_horizon)
-        # Feed-forward and recurrent policies differ in three places, chosen here.
+        # Feed-forward and recurrent policies differ in two places here (and in what
+        # the collector stores per step).
         if policy.use_lstm:
-            self._remember = self.storage.record_state
             self._minibatches = self.storage.segment_minibatches
             self._evaluate = evaluate_segments
         else:
-            self._remember = _no_state
             self._minibatches = self.storage.flat_minibatches
             self._evaluate = evaluate_flat
         # Episode starts of the current observations (the LSTM zeroes its state there).
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
-        self._no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
+        self.no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
         self.lstm_state = policy.initial_state(rows, device)
 
         self.global_step = 0
@@ -242,63 +255,18 @@ class Trainer:
 
     def rollout(self) -> dict:
         """Collects `horizon` steps of every row into the storage, then their advantages;
-        returns the time split {"env": seconds in env.step, "forward": the rest}."""
+        returns the time split {"env": seconds waiting for env steps, "forward": the
+        rest} (with vec.split also "env_hidden", collect.py)."""
         start = time.perf_counter()
         env_seconds = self.collect()
         self.advantages()
-        return {"env": env_seconds, "forward": time.perf_counter() - start - env_seconds}
+        return {"env": env_seconds, "forward": time.perf_counter() - start - env_seconds,
+                **self.collector.time_split()}
 
-    @torch.no_grad()
     def collect(self) -> float:
-        """`horizon` steps of every row into the storage; returns the seconds spent in
-        `env.step`."""
-        policy, storage, pipeline, env = self.policy, self.storage, self.pipeline, self.env
-        observe, remember = self._observer(), self._remember
-        actions_np, clock = self.env_actions.array, self.env_clock
-        state, starts = self.lstm_state, self.next_starts
-        clock.restart()
-        for step in range(self.horizon):
-            observe(step)                     # policy input, live rows, masks, teacher labels
-            remember(step, state, starts)     # recurrent: episode starts, segment states
-            with self.autocast:
-                params, values, state = policy.heads(storage.obs[step], state, starts)
-            actions, logprobs = policy.sample(params.float(), self.generator,
-                                              storage.step_mask(step))
-            storage.record(step, actions, logprobs, values)
-            self.env_actions.write(actions)
-            clock.start()
-            next_obs, rewards, terminals, truncations, _infos = env.step(actions_np)
-            clock.stop()
-            pipeline.receive(storage, step, next_obs, rewards, terminals, truncations)
-            self._bootstrap_truncated(step, state)
-            starts = storage.dones[step]
-        self.lstm_state = state
-        self.next_starts = starts.clone()
-        return clock.seconds()
-
-    def _observer(self):
-        """This rollout's per-step writer of the current observation's columns: the
-        pipeline's, plus the teacher's labels while its weight is above 0."""
-        pipeline, storage = self.pipeline, self.storage
-        if self.teacher_weight() <= 0:
-            return lambda step: pipeline.observe(storage, step)
-        label = self.kickstarter.label
-
-        def observe(step):
-            pipeline.observe(storage, step)
-            label(pipeline.obs_view, storage.teacher_actions[step])
-        return observe
-
-    def _bootstrap_truncated(self, step: int, state) -> None:
-        """Adds gamma * V(final observation) to the reward of rows cut by truncation (a
-        row flagged both ways ended for real and gets no bootstrap)."""
-        def value(inputs, rows):          # rows: an index tensor, or None for every row
-            rows_state = state if state is None or rows is None else \
-                (state[0][rows], state[1][rows])
-            with self.autocast:
-                return self.policy.value(inputs, rows_state,
-                                         self._no_starts[:inputs.shape[0]]).float()
-        self.pipeline.bootstrap(self.storage, step, value, self.config.train.gamma)
+        """`horizon` steps of every row into the storage, by the collector chosen at
+        construction; returns the seconds the trainer waited for env steps."""
+        return self.collector.collect(self)
 
     @torch.no_grad()
     def advantages(self) -> None:
@@ -480,6 +448,9 @@ class Trainer:
         self.env.episode_stats(clear=True)
 
     def close(self) -> None:
+        collector = getattr(self, "collector", None)
+        if collector is not None:       # before the env: a split half may be stepping
+            collector.close()
         if self.owns_env and getattr(self, "env", None) is not None:
             self.env.close()
             self.env = None

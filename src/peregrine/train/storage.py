@@ -18,6 +18,8 @@ column name; the learner reads only the keys it needs.
 """
 from __future__ import annotations
 
+import copy
+
 import torch
 
 # The four per-sample scalars packed as columns of one tensor per update:
@@ -52,6 +54,22 @@ class RolloutStorage:
             segments = horizon // bptt
             self.segment_h = torch.zeros(segments, rows, lstm_size, device=device)
             self.segment_c = torch.zeros(segments, rows, lstm_size, device=device)
+
+    def row_block(self, begin: int, end: int) -> "RolloutStorage":
+        """Rows [begin, end) of every column as a storage of views: its `record`,
+        `record_state`, `step_mask` and column writes land in this storage. For
+        collectors that step blocks of rows separately (collect.SplitCollector);
+        learning reads the whole storage, never a block (its minibatch views need
+        contiguous columns). Every tensor here is [steps or segments, rows, ...],
+        so one slice along dim 1 covers every column, optional ones included."""
+        block = copy.copy(self)
+        for name, value in vars(self).items():
+            if isinstance(value, torch.Tensor):
+                setattr(block, name, value[:, begin:end])
+        block.rows, block.size = end - begin, self.horizon * (end - begin)
+        block._step_masks = [None] * self.horizon if block.action_mask is None \
+            else list(block.action_mask)
+        return block
 
     def record(self, step: int, actions, logprobs, values) -> None:
         """The policy's output for step `step`."""

@@ -1,0 +1,333 @@
+"""Collectors: how one rollout's `horizon` steps reach the rollout storage.
+
+The trainer picks one at construction (`Trainer.collector`); `Trainer.collect`
+only delegates. Both write the same columns through the same parts
+(observation pipeline, storage, policy, action buffer), so a path is a choice
+of collector, not a branch inside one.
+
+`SyncCollector` (vec.split = 1, every batch kind): per step, every row at once:
+observe, forward and sample, hand the actions to `env.step`, receive its output,
+bootstrap truncated rows. The trainer waits while the env steps.
+
+`SplitCollector` (vec.split = 2, a host native batch; EnvPool's alternating
+halves): the batch is two native blocks of num_envs / 2 instances
+(environment.make_env), rows [0, R/2) and [R/2, R) of the storage. Per step,
+for half h in turn:
+
+    wait for half h's env step      (submitted one half earlier)
+    receive its output              (rewards, episode ends, bootstrap)
+    observe + forward + sample      (half h's rows only)
+    actions to half h's buffer      (CUDA: non-blocking into pinned memory + event)
+    submit half h's env step        (a worker thread; the C step releases the GIL)
+
+so while the worker steps half h, this thread runs the forward of the other
+half. One worker thread steps the halves in submission order; each half has its
+own observation pipeline over its own rows, its own action buffer and, for a
+recurrent policy, its own slice of the LSTM state.
+
+On a CUDA learner, observations and env outputs go through pinned staging
+arrays (`PinnedRows`): after a half's step they are copied (host memcpy) into
+page-locked memory, from which the pipeline's `.to(device, non_blocking=True)`
+copies are truly asynchronous (from the env's pageable buffers they would wait
+for the GPU). No extra event is needed to reuse a staging array: the worker
+waits on the action buffer's event, recorded on the same stream after that
+half's host-to-device copies, before it steps, so a finished step means those
+copies are done. On a CPU learner the pipelines read the env's buffers
+directly (`DirectRows`). Pinned memory and CUDA events are used only when the
+device is CUDA.
+
+Seeding and determinism: the blocks are seeded as `vector.Serial` with two
+workers seeds them (block b: seed + b*phi, `vector.common.unit_seed`), stream
+re-derivation and per-instance state go through that batch, and the sampling
+generator is drawn half 0 then half 1 at every step, whatever the threads'
+timing: a seed gives the same run twice. It does not reproduce vec.split = 1's
+numbers: the second half's instances run other random streams, and the
+generator's draws are cut differently.
+
+Time split: `env` is the seconds this thread WAITED for a half's env step (the
+part of the env's work not hidden behind the other half's forward);
+`env_hidden` the env-step seconds that ran beside it (the worker's busy time
+minus that wait). `forward` stays the rest of the rollout.
+
+Not available with vec.split (refused by config validation or here, by name):
+observation/reward normalisation (their running statistics would be shared by
+the halves), kickstarting, train.overlap, device batches, several ranks.
+"""
+from __future__ import annotations
+
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+from . import environment
+from .observations import ObservationPipeline
+
+
+def _no_state(step, state, starts) -> None:
+    """`remember` for feed-forward policies: nothing to store."""
+
+
+def bootstrap_truncated(trainer, pipeline, storage, step: int, state) -> None:
+    """Adds gamma * V(final observation) to the reward of the rows of `storage` cut
+    by truncation at `step` (a row flagged both ways ended for real and gets no
+    bootstrap); `state` is the recurrent state of those rows after the step's
+    forward (None for feed-forward policies)."""
+    policy, autocast, no_starts = trainer.policy, trainer.autocast, trainer.no_starts
+
+    def value(inputs, rows):          # rows: an index tensor, or None for every row
+        rows_state = state if state is None or rows is None else \
+            (state[0][rows], state[1][rows])
+        with autocast:
+            return policy.value(inputs, rows_state, no_starts[:inputs.shape[0]]).float()
+    pipeline.bootstrap(storage, step, value, trainer.config.train.gamma)
+
+
+class SyncCollector:
+    """Every row at once, the env stepped in this thread (module docstring)."""
+
+    def __init__(self, env, action_space, rows: int, device, on_device: bool):
+        self.actions = environment.ActionBuffer(
+            action_space, rows, device, target=env.actions if on_device else None)
+        self.clock = environment.StepClock(device if on_device else torch.device("cpu"))
+
+    @torch.no_grad()
+    def collect(self, trainer) -> float:
+        """`horizon` steps of every row into `trainer.storage`; returns the seconds
+        spent in `env.step`."""
+        policy, storage, pipeline, env = trainer.policy, trainer.storage, trainer.pipeline, \
+            trainer.env
+        observe = self._observer(trainer)
+        remember = storage.record_state if policy.use_lstm else _no_state
+        actions_np, clock, generator = self.actions.array, self.clock, trainer.generator
+        state, starts = trainer.lstm_state, trainer.next_starts
+        clock.restart()
+        for step in range(trainer.horizon):
+            observe(step)                     # policy input, live rows, masks, teacher labels
+            remember(step, state, starts)     # recurrent: episode starts, segment states
+            with trainer.autocast:
+                params, values, state = policy.heads(storage.obs[step], state, starts)
+            actions, logprobs = policy.sample(params.float(), generator, storage.step_mask(step))
+            storage.record(step, actions, logprobs, values)
+            self.actions.write(actions)
+            clock.start()
+            next_obs, rewards, terminals, truncations, _infos = env.step(actions_np)
+            clock.stop()
+            pipeline.receive(storage, step, next_obs, rewards, terminals, truncations)
+            bootstrap_truncated(trainer, pipeline, storage, step, state)
+            starts = storage.dones[step]
+        trainer.lstm_state = state
+        trainer.next_starts = starts.clone()
+        return clock.seconds()
+
+    @staticmethod
+    def _observer(trainer):
+        """This rollout's per-step writer of the current observation's columns: the
+        pipeline's, plus the teacher's labels while its weight is above 0."""
+        pipeline, storage = trainer.pipeline, trainer.storage
+        if trainer.teacher_weight() <= 0:
+            return lambda step: pipeline.observe(storage, step)
+        label = trainer.kickstarter.label
+
+        def observe(step):
+            pipeline.observe(storage, step)
+            label(pipeline.obs_view, storage.teacher_actions[step])
+        return observe
+
+    def time_split(self) -> dict:
+        """Extra time-split entries of the last rollout (none on this path)."""
+        return {}
+
+    def close(self) -> None:
+        """Nothing to stop."""
+
+
+# ---- the split path ---------------------------------------------------------------
+
+class DirectRows:
+    """A half's env buffers as its pipeline reads them: the env's own (CPU learner)."""
+
+    def __init__(self, env):
+        self.source = env
+
+    def load(self) -> None:
+        """Nothing to copy: the pipeline reads the env's buffers."""
+
+
+class PinnedRows:
+    """Pinned (page-locked) copies of a half's env outputs, for a CUDA learner: the
+    pipeline is built over this object, so its host-to-device copies read pinned
+    memory and run asynchronously. `final_observations` stays the env's own (read
+    only on truncated rows, gathered on the host first). `pin=False` makes plain
+    host copies, which runs the same staging logic on a CPU learner (tests)."""
+
+    COPIED = ("observations", "rewards", "terminals", "truncations", "masks")
+
+    def __init__(self, env, pin: bool = True):
+        self.env = env
+        self.source = self
+        for name in self.COPIED:
+            array = np.zeros_like(getattr(env, name))
+            if pin:
+                array = torch.from_numpy(array).pin_memory().numpy()
+            setattr(self, name, array)
+        self.final_observations = env.final_observations
+        self.num_agents = env.num_agents
+        self.load()
+
+    def load(self) -> None:
+        """The env's current outputs into the staging arrays. Called only when no
+        copy from them is in flight (module docstring: after the half's step)."""
+        for name in self.COPIED:
+            np.copyto(getattr(self, name), getattr(self.env, name))
+
+
+class Half:
+    """One half of a split batch: its native block, rows, staging, pipeline, actions."""
+
+    def __init__(self, env, begin: int, device, train_config, mask_slice, staged: bool):
+        self.env, self.begin, self.end = env, begin, begin + int(env.num_agents)
+        cuda = device.type == "cuda"
+        self.rows = PinnedRows(env, pin=cuda) if staged else DirectRows(env)
+        source = self.rows.source
+        self.pipeline = ObservationPipeline(source, source.observations, device,
+                                            int(env.single_observation_space.shape[0]),
+                                            train_config, mask_slice)
+        self.actions = environment.ActionBuffer(env.single_action_space, int(env.num_agents),
+                                                device, pinned=cuda)
+
+    def step(self) -> float:
+        """The worker thread's job: this half's env step once its actions are on
+        the host; returns the seconds the step took."""
+        self.actions.wait()
+        tick = time.perf_counter()
+        self.env.step(self.actions.array)
+        return time.perf_counter() - tick
+
+
+class SplitPipeline:
+    """The observation pipeline's interface outside the step loop (last value,
+    checkpoints, evaluation settings), over the halves' pipelines."""
+
+    def __init__(self, pipelines):
+        self.pipelines = pipelines
+        self.mask_slice = pipelines[0].mask_slice
+        self.obs_norm = self.reward_scaler = None     # refused with vec.split
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        return self.pipelines[0].storage_dtype
+
+    def current(self) -> torch.Tensor:
+        """The policy input of every row's current observation (halves in row order)."""
+        return torch.cat([pipeline.current() for pipeline in self.pipelines])
+
+    def state_dict(self) -> dict:
+        return {"obs_normalizer": None, "reward_scaler": None}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Nothing to restore (no normalisers on this path)."""
+
+
+class SplitCollector:
+    """Two halves stepped alternately, each half's env step overlapping the other
+    half's forward (module docstring). `staged` (default: the device is CUDA) routes
+    env outputs through `PinnedRows`."""
+
+    def __init__(self, env, device, train_config, mask_slice=None, staged: bool | None = None):
+        device = torch.device(device)
+        if staged is None:
+            staged = device.type == "cuda"
+        self.device, self.staged = device, staged
+        blocks = environment.split_blocks(env)
+        self.halves, begin = [], 0
+        for block in blocks:
+            self.halves.append(Half(block, begin, device, train_config, mask_slice, staged))
+            begin += int(block.num_agents)
+        self.pipeline = SplitPipeline([half.pipeline for half in self.halves])
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="peregrine-env-step")
+        self.pending: list = [None] * len(self.halves)
+        self.clock = environment.StepClock(torch.device("cpu"))   # this thread's waits
+        self.busy = 0.0                 # the worker's env-step seconds in the last rollout
+
+    @torch.no_grad()
+    def collect(self, trainer) -> float:
+        """`horizon` steps of every row into `trainer.storage`; returns the seconds
+        this thread waited for env steps."""
+        policy, generator, autocast = trainer.policy, trainer.generator, trainer.autocast
+        halves, horizon = self.halves, trainer.horizon
+        blocks = [trainer.storage.row_block(half.begin, half.end) for half in halves]
+        remember = [block.record_state if policy.use_lstm else _no_state for block in blocks]
+        full = trainer.lstm_state
+        states = [None if full is None else (full[0][half.begin:half.end],
+                                             full[1][half.begin:half.end]) for half in halves]
+        starts = [trainer.next_starts[half.begin:half.end] for half in halves]
+        self.clock.restart()
+        self.busy = 0.0
+        if self.staged and self.device.type == "cuda":
+            # The last rollout's final observations may still be in flight from the
+            # staging arrays (the last value in `advantages`): one sync per rollout.
+            torch.cuda.current_stream(self.device).synchronize()
+        for half in halves:             # after a reset or restore the staging is stale
+            half.rows.load()
+        try:
+            for step in range(horizon):
+                for h, half in enumerate(halves):
+                    block = blocks[h]
+                    if step > 0:
+                        self._finish(trainer, h, blocks[h], step - 1, states[h])
+                        starts[h] = block.dones[step - 1]
+                    half.pipeline.observe(block, step)
+                    remember[h](step, states[h], starts[h])
+                    with autocast:
+                        params, values, states[h] = policy.heads(block.obs[step], states[h],
+                                                                 starts[h])
+                    actions, logprobs = policy.sample(params.float(), generator,
+                                                      block.step_mask(step))
+                    block.record(step, actions, logprobs, values)
+                    half.actions.write(actions)
+                    self.pending[h] = self.worker.submit(half.step)
+            for h in range(len(halves)):
+                self._finish(trainer, h, blocks[h], horizon - 1, states[h])
+        finally:
+            self._drain()
+        if full is not None:
+            trainer.lstm_state = tuple(torch.cat([state[i] for state in states])
+                                       for i in range(2))
+        trainer.next_starts = trainer.storage.dones[horizon - 1].clone()
+        return self.clock.seconds()
+
+    def _finish(self, trainer, h: int, block, step: int, state) -> None:
+        """Waits for half h's env step of `step` and writes its output into `block`."""
+        half = self.halves[h]
+        self.clock.start()
+        future, self.pending[h] = self.pending[h], None
+        self.busy += future.result()    # re-raises the worker's exception here
+        self.clock.stop()
+        half.rows.load()
+        source = half.rows.source
+        half.pipeline.receive(block, step, source.observations, source.rewards,
+                              source.terminals, source.truncations)
+        bootstrap_truncated(trainer, half.pipeline, block, step, state)
+
+    def _drain(self) -> None:
+        """Waits for every submitted step (after an error too: a half must not be
+        stepping while the trainer saves, resets or closes the env)."""
+        for h, future in enumerate(self.pending):
+            if future is not None:
+                self.pending[h] = None
+                try:
+                    future.result()
+                except Exception:  # noqa: BLE001 - the error being raised already names it
+                    pass
+
+    def time_split(self) -> dict:
+        """`env_hidden`: env-step seconds of the last rollout that ran while this
+        thread did other work (module docstring)."""
+        return {"env_hidden": max(self.busy - self.clock.seconds(), 0.0)}
+
+    def close(self) -> None:
+        """Waits for a step in flight, then stops the worker thread."""
+        self._drain()
+        self.worker.shutdown(wait=True)
