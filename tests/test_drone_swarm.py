@@ -72,6 +72,9 @@ PARITY_CONFIGS = {
                        "max_steps": 150}, 4),
     "report_and_drone_id": ({"obs_report": 1, "obs_drone_id": 1, "obs_n_nearest": 2,
                              "randomise": 1, "max_steps": 120}, 3),
+    "every_tail_column": ({"preset": "wilderness_obstacles_hard", "obs_report": 1,
+                           "obs_network": 1, "obs_drone_id": 1, "p_comm_drop": 0.2,
+                           "max_steps": 120}, 3),
     "drone_id_one_drone": ({"obs_drone_id": 1, "n_drones": 1, "max_steps": 60}, 3),
 }
 
@@ -101,7 +104,7 @@ def test_spaces_rows_and_presets():
             assert env.agents_per_env == n and env.num_agents == 2 * n
             assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] \
                 + 4 * env.config["obs_n_obstacles"] + env.config["obs_report"] \
-                + env.config["obs_drone_id"]
+                + 3 * env.config["obs_network"] + env.config["obs_drone_id"]
             assert env.single_action_space.shape == (3,)
             obs, rewards, *_ = env.step(np.zeros((env.num_agents, 3), np.float32))
             assert np.isfinite(obs).all() and (np.abs(obs) <= 1).all()
@@ -251,6 +254,25 @@ def test_report_column_shows_the_owners_most_urgent_report_until_it_ends():
         assert (obs[1:, -1] == 0).all()
     # the older report is lost after two more steps, then the newer one shows, then none
     assert seen == pytest.approx([1 / 4, 2 / 4, 1 / 4, 0.0, 0.0])
+
+
+def test_network_columns_point_at_the_nearest_base_or_connected_drone():
+    pair = Pair(obs_network=1, r_comm=15.0)
+    # drone 0 links to the base (at 50, 50); drone 1 to drone 0; drone 2 is cut off
+    # but nearer to drone 1 than to the base; drone 3 is nearer to the cut-off drone 2
+    # than to anything connected
+    drones = [(0, {"x": 50.0, "y": 62.0, "connected": 1}), (1, {"x": 50.0, "y": 75.0, "connected": 1}),
+              (2, {"x": 50.0, "y": 95.0, "connected": 0}), (3, {"x": 70.0, "y": 95.0, "connected": 0})]
+    pair.place(drones=drones)
+    cols = pair.env.observations[:, -3:]
+    np.testing.assert_array_equal(pair.env.observations[:, 4], [1, 1, 0, 0])   # connected
+    np.testing.assert_allclose(cols[0], [0, -1, 12 / 100], atol=1e-6)    # the base (drone 1 is 13 away)
+    np.testing.assert_allclose(cols[1], [0, -1, 13 / 100], atol=1e-6)    # drone 0
+    np.testing.assert_allclose(cols[2], [0, -1, 20 / 100], atol=1e-6)    # drone 1
+    far = np.hypot(20.0, 20.0)                                           # drone 1, not drone 2
+    np.testing.assert_allclose(cols[3], [-20 / far, -20 / far, far / 100], atol=1e-6)
+    obs = pair.step(np.zeros(12))[0]                                     # and after a step
+    np.testing.assert_allclose(obs[:, -3:], cols, atol=1e-6)
 
 
 def test_report_is_delivered_when_its_owner_reconnects_in_time():

@@ -125,6 +125,7 @@
     X(obstacle_separation, 5.0, 0.0, 1e4, 0)   \
     X(obs_n_obstacles, 0, 0, 16, 1)            \
     X(obs_report, 0, 0, 1, 1)                  \
+    X(obs_network, 0, 0, 1, 1)                 \
     X(obs_drone_id, 0, 0, 1, 1)
 
 #define ENV_STATS(X)                                                                  \
@@ -162,7 +163,7 @@ struct Env {
     /* configuration, in float32 as the step uses it */
     int n, m, k, obs_dim, max_steps, randomise, divide_found;
     int n_obstacles, k_obstacles; /* obstacles drawn per episode; obstacle slots per drone */
-    int report, drone_id;         /* obs_report, obs_drone_id: trailing columns */
+    int report, network, drone_id; /* obs_report, obs_network, obs_drone_id: trailing columns */
     float obstacle_min_size, obstacle_max_size, obstacle_margin, obstacle_clearance;
     float obstacle_separation;
     int t_confirm, m_deliver;
@@ -292,8 +293,10 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     env->n_obstacles = (int)c[DS_CFG_n_obstacles];
     env->k_obstacles = (int)c[DS_CFG_obs_n_obstacles];
     env->report = (int)c[DS_CFG_obs_report];
+    env->network = (int)c[DS_CFG_obs_network];
     env->drone_id = (int)c[DS_CFG_obs_drone_id];
-    env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report + env->drone_id;
+    env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report + 3 * env->network +
+                   env->drone_id;
     env->obstacle_min_size = (float)c[DS_CFG_obstacle_min_size];
     env->obstacle_max_size = (float)c[DS_CFG_obstacle_max_size];
     env->obstacle_margin = (float)c[DS_CFG_obstacle_margin];
@@ -888,18 +891,22 @@ PG_DEVICE static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjac
 }
 
 /* The trailing columns of every drone row of instance i, after the obstacle
- * slots: with obs_report, the drone's report: 0 when it owns no confirmed,
- * undelivered victim, else (window + 1) / (m_deliver + 1) of its most urgent
- * such report, in (0, 1] (1 on the step it confirmed, 1 / (m_deliver + 1) on
- * the last step a link can still deliver it): what a drone knows about
- * itself, and without it a memoryless policy cannot tell that it carries a
- * report to bring home. Then, with obs_drone_id, the drone's index
- * d / (n_drones - 1) (0 with one drone): lets one shared policy give drones
- * different roles. */
+ * slots (what a drone knows about itself and its radio network):
+ * - obs_report: 0 when the drone owns no confirmed, undelivered victim, else
+ *   (window + 1) / (m_deliver + 1) of its most urgent such report, in (0, 1]
+ *   (1 on the step it confirmed, 1 / (m_deliver + 1) on the last step a link
+ *   can still deliver it). Without it a memoryless policy cannot tell that it
+ *   carries a report to bring home.
+ * - obs_network: the nearest node a report could be handed to, i.e. the base
+ *   or another connected drone (squared distance, ties to the base, then the
+ *   lower index): unit vector to it (0, 0 on top of it) and distance / L.
+ *   The base vector alone points a far drone past a relay chain.
+ * - obs_drone_id: the drone's index d / (n_drones - 1) (0 with one drone), so
+ *   one shared policy can give drones different roles. */
 PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
     const int n = env->n, m = env->m, dim = env->obs_dim;
     const size_t od = (size_t)i * n, ov = (size_t)i * m;
-    float *tail = obs + od * dim + (dim - env->report - env->drone_id);
+    float *tail = obs + od * dim + (dim - env->report - 3 * env->network - env->drone_id);
     if (env->report) {
         const float scale = 1.0f / (float)(env->ep_m_deliver[i] + 1);
         for (int d = 0; d < n; d++) tail[(size_t)d * dim] = 0.0f;
@@ -910,6 +917,31 @@ PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
             if (*slot == 0.0f || left < *slot) *slot = left;
         }
         tail++;
+    }
+    if (env->network) {
+        const float *x = env->x + od, *y = env->y + od, *connected = env->connected + od;
+        const float size = env->world_size;
+        for (int d = 0; d < n; d++) {
+            float dx = env->base_x - x[d], dy = env->base_y - y[d];
+            float best2 = dx * dx + dy * dy;
+            for (int e = 0; e < n; e++) {
+                if (e == d || connected[e] == 0.0f) continue;
+                float ex = x[e] - x[d], ey = y[e] - y[d];
+                float d2 = ex * ex + ey * ey;
+                if (d2 < best2) {
+                    best2 = d2;
+                    dx = ex;
+                    dy = ey;
+                }
+            }
+            float dist = sqrtf(best2);
+            float safe = dist + (dist > 0.0f ? 0.0f : 1.0f);
+            float *row = tail + (size_t)d * dim;
+            row[0] = pg_clampf(dx / safe, -1.0f, 1.0f);
+            row[1] = pg_clampf(dy / safe, -1.0f, 1.0f);
+            row[2] = pg_clampf(dist / size, -1.0f, 1.0f);
+        }
+        tail += 3;
     }
     if (env->drone_id) {
         const float scale = n > 1 ? 1.0f / (float)(n - 1) : 0.0f;
@@ -938,7 +970,7 @@ PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, const
         for (int d = 0; d < n; d++)
             for (int s = 10; s < dim; s++) obs[(od + d) * dim + s] = 0.0f;
     if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report | env->drone_id) ds_tail_columns(env, i, obs);
+    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
@@ -1318,7 +1350,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         scan_near |= (uint64_t)near << d;
     }
     if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report | env->drone_id) ds_tail_columns(env, i, obs);
+    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
     DS_TICK(DS_PH_DETECT);
 
     /* inputs of the block-wide rewards and observations */

@@ -107,8 +107,10 @@ class DroneSwarmReference:
         self.num_agents = E * n
         self.agents_per_env = n
         self.report = int(c["obs_report"])
+        self.network = int(c["obs_network"])
         self.drone_id = int(c["obs_drone_id"])
-        self.obs_dim = 10 + 3 * self.k + 4 * self.k_obstacles + self.report + self.drone_id
+        self.obs_dim = (10 + 3 * self.k + 4 * self.k_obstacles + self.report + 3 * self.network
+                        + self.drone_id)
         self.layout = state_layout(c)
         self.side = self.layout["cells_per_side"]
         self.cells = self.side * self.side
@@ -391,6 +393,26 @@ class DroneSwarmReference:
         urgent = np.where(held, left[:, None, :], f32(2)).min(axis=2)
         return np.where(held.any(axis=2), urgent, f32(0)).astype(np.float32)
 
+    def _network_columns(self, idx):
+        """float32 [E', n, 3]: unit vector and distance / L to the nearest of the base
+        and the other connected drones (ties: the base, then the lower index)."""
+        n = self.n
+        x, y = self.x[idx], self.y[idx]                                   # [E', n]
+        # candidates: the base (column 0), then drones 0..n-1
+        cx = np.concatenate([np.full((idx.size, 1), self.base_x, np.float32), x], axis=1)
+        cy = np.concatenate([np.full((idx.size, 1), self.base_y, np.float32), y], axis=1)
+        dx = cx[:, None, :] - x[:, :, None]                               # [E', n, 1 + n]
+        dy = cy[:, None, :] - y[:, :, None]
+        d2 = dx * dx + dy * dy
+        usable = np.ones(d2.shape, bool)
+        usable[:, :, 1:] = self.connected[idx][:, None, :] & ~np.eye(n, dtype=bool)[None]
+        best = np.where(usable, d2, f32(np.inf)).argmin(axis=2)[..., None]   # first minimum
+        dx = np.take_along_axis(dx, best, 2)[..., 0]
+        dy = np.take_along_axis(dy, best, 2)[..., 0]
+        dist = np.sqrt(np.take_along_axis(d2, best, 2)[..., 0])
+        safe = dist + np.where(dist > 0, f32(0), f32(1))
+        return np.stack([dx / safe, dy / safe, dist / self.world_size], axis=2)
+
     def _cells(self, idx):
         side = self.side
         cx = np.minimum((self.x[idx] / self.cell_size).astype(np.int64), side - 1)
@@ -459,8 +481,12 @@ class DroneSwarmReference:
         if self.k_obstacles:
             first = 10 + 3 * self.k
             obs[:, :, first:first + 4 * self.k_obstacles] = self._obstacle_slots(idx)
+        tail = self.obs_dim - self.report - 3 * self.network - self.drone_id
         if self.report:
-            obs[:, :, self.obs_dim - self.report - self.drone_id] = self._report_column(idx)
+            obs[:, :, tail] = self._report_column(idx)
+            tail += 1
+        if self.network:
+            obs[:, :, tail:tail + 3] = self._network_columns(idx)
         if self.drone_id:
             scale = f32(1) / f32(n - 1) if n > 1 else f32(0)
             obs[:, :, -1] = np.arange(n, dtype=np.float32) * scale
