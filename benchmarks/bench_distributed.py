@@ -4,6 +4,7 @@
     .venv/bin/python benchmarks/bench_distributed.py --ranks 1 2 4 8 --envs drone_swarm
     .venv/bin/python benchmarks/bench_distributed.py --json out.json
     .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --set train.precision bf16
+    .venv/bin/python benchmarks/bench_distributed.py --independent   # + the machine's ceiling
 
 Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
@@ -26,6 +27,13 @@ the trainer sends once per gradient step): that time x gradient steps per update
 is the collectives' share of an update. With more ranks than free cores the
 cores are the limit, not the collectives: quote figures only from a machine
 nobody else is using.
+
+`--independent` also runs, for each N > 1, N independent one-process jobs at once
+(job i on core i, no process group): their summed SPS over N x SPS(1) is the
+ceiling any N-rank job could reach on this machine. The gap between it and the
+data-parallel efficiency is what the trainer's collectives and synchronisation
+cost; the gap below 1.0 is the machine's own (shared memory bandwidth, caches,
+clocks).
 """
 from __future__ import annotations
 
@@ -41,19 +49,26 @@ from pathlib import Path
 STEPS = {"cartpole": 400_000, "drone_swarm": 2_000_000}
 
 
-def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
-    run_dir = workdir / f"{env}-{ranks}"
-    cores = ",".join(str(c) for c in range(ranks))
-    command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
-               "--standalone", "--nproc-per-node", str(ranks), "-m", "peregrine", "train", env,
-               "--detach", "--run-dir", str(run_dir), "--total-steps", str(steps),
-               "--train.tensorboard", "false", "--train.checkpoint-interval", "0",
-               # a throughput job trains all its steps (CartPole's config stops once solved)
-               "--train.stop-return", "0", *extra]
-    done = subprocess.run(command, capture_output=True, text=True,
-                          env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
+def job_command(env: str, ranks: int, steps: int, run_dir: Path, cores: str, extra=()) -> list:
+    return ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
+            "--standalone", "--nproc-per-node", str(ranks), "-m", "peregrine", "train", env,
+            "--detach", "--run-dir", str(run_dir), "--total-steps", str(steps),
+            "--train.tensorboard", "false", "--train.checkpoint-interval", "0",
+            # a throughput job trains all its steps (CartPole's config stops once solved)
+            "--train.stop-return", "0", *extra]
+
+
+def run_jobs(commands: list) -> None:
+    """Runs the jobs at once and waits for all of them."""
+    jobs = [subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "OMP_NUM_THREADS": "1"}) for command in commands]
+    for command, job in zip(commands, jobs):
+        _out, err = job.communicate()
+        if job.returncode != 0:
+            raise RuntimeError(f"{' '.join(command)} failed:\n{err[-3000:]}")
+
+
+def read_run(env: str, ranks: int, run_dir: Path, command: list) -> dict:
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()]
     updates = [r for r in records if "updates" in r]
     if len(updates) < 3:    # the first update is warm-up and is left out
@@ -73,6 +88,30 @@ def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
             "sps": (last["global_step"] - first["global_step"]) / seconds,
             "rollout_s": rollout / len(timed), "learn_s": learn / len(timed),
             "command": " ".join(command)}
+
+
+def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
+    run_dir = workdir / f"{env}-{ranks}"
+    cores = ",".join(str(c) for c in range(ranks))
+    command = job_command(env, ranks, steps, run_dir, cores, extra)
+    run_jobs([command])
+    return read_run(env, ranks, run_dir, command)
+
+
+def measure_independent(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
+    """The machine's ceiling for `ranks` ranks: that many independent one-process jobs at
+    once, job i pinned to core i, no collective. Their summed SPS over (ranks x the
+    1-rank SPS) is the most any data-parallel job could reach here: what it loses
+    comes from sharing the machine (memory bandwidth, caches, clocks), not from
+    the trainer."""
+    dirs = [workdir / f"{env}-independent-{ranks}-{i}" for i in range(ranks)]
+    commands = [job_command(env, 1, steps, d, str(i), extra) for i, d in enumerate(dirs)]
+    run_jobs(commands)
+    runs = [read_run(env, 1, d, c) for d, c in zip(dirs, commands)]
+    return {"env": env, "ranks": ranks, "independent": True,
+            "sps": sum(r["sps"] for r in runs), "per_job_sps": [r["sps"] for r in runs],
+            "rollout_s": max(r["rollout_s"] for r in runs),
+            "learn_s": max(r["learn_s"] for r in runs), "command": " & ".join(r["command"] for r in runs)}
 
 
 def policy_size(env: str) -> tuple[int, int]:
@@ -137,6 +176,9 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                         help="a config override for every job, e.g. --set train.precision bf16")
+    parser.add_argument("--independent", action="store_true",
+                        help="also run N independent 1-rank jobs at once (one per core): the "
+                             "machine's ceiling for N ranks without collectives")
     parser.add_argument("--all-reduce-worker", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.all_reduce_worker:     # this file, started by measure_all_reduce under torchrun
@@ -166,6 +208,13 @@ def main(argv=None) -> int:
                           f"{collective['gradient_steps']} gradient steps = "
                           f"{collective['per_update_s'] * 1e3:.1f} ms per update", flush=True)
                 results.append(result)
+                if ranks > 1 and args.independent:
+                    alone = measure_independent(env, ranks, steps, Path(workdir), overrides)
+                    alone["efficiency"] = alone["sps"] / (ranks * baseline)
+                    results.append(alone)
+                    print(f"{env:12s} {ranks:2d} independent 1-rank jobs  {alone['sps']:12,.0f} SPS "
+                          f"(ceiling) efficiency {alone['efficiency']:.2f}  per job "
+                          + ", ".join(f"{v:,.0f}" for v in alone["per_job_sps"]), flush=True)
                 print(f"{env:12s} ranks {ranks:2d}  {result['sps']:12,.0f} SPS  "
                       f"efficiency {result['efficiency']:.2f}  per update: rollout "
                       f"{result['rollout_s'] * 1e3:.1f} ms, learn {result['learn_s'] * 1e3:.1f} ms  "
