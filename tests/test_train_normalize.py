@@ -29,9 +29,10 @@ def test_running_stats_equal_numpy_over_all_batches():
 
 
 def test_masked_updates_equal_numpy_over_the_live_rows_only():
-    """Agent masks: a dead row (here holding inf or NaN) is left out through masked
-    sums, the count comes from the mask, and a batch with no live row (the first one
-    included) changes nothing. No host read: every step runs under NoHostSync."""
+    """Agent masks: a dead row (here holding the largest float32, whose square would
+    swamp float64 sums) is left out through weighted sums, the count comes from the
+    mask, and a batch with no live row (the first one included) changes nothing. No
+    host read: every step runs under NoHostSync."""
     from test_train_device import NoHostSync
     rng = np.random.default_rng(5)
     stats = RunningMeanStd((2,))
@@ -39,7 +40,7 @@ def test_masked_updates_equal_numpy_over_the_live_rows_only():
     for n, p_live in ((6, 0.0), (9, 0.5), (40, 0.7), (5, 0.0), (64, 0.9), (3, 1.0)):
         batch = rng.normal([3.0, -7.0], [2.0, 0.01], size=(n, 2)).astype(np.float32)
         live = rng.random(n) < p_live
-        batch[~live] = [np.inf, np.nan]
+        batch[~live] = [np.finfo(np.float32).max, -np.finfo(np.float32).max]
         with NoHostSync():
             stats.update(torch.from_numpy(batch), torch.from_numpy(live))
         live_rows.append(batch[live])

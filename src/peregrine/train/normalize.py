@@ -22,11 +22,11 @@ near terminals).
 
 One implementation serves both env paths: the statistics are float64 torch
 tensors on the device their data lives on (the host for a NumPy env batch,
-the trainer's device for a device batch), and every update is a handful of
-tensor ops with no host read. Live rows are selected with masked sums (a
-weight of 0 for dead rows), not boolean indexing, and the sample count is a
-float64 tensor (exact up to 2**53 samples) beside the statistics, so a device
-batch's rollout never waits for the device. Only `state_dict` reads them back
+the trainer's device for a device batch), and every update is a fixed
+sequence of tensor ops with no host read. Live rows (agent masks) are
+selected with weighted sums (weight 0 for a dead row), not boolean indexing,
+and the sample count is a float64 tensor (exact up to 2**53 samples) beside
+the statistics, so a device batch's rollout never waits for the device. Only `state_dict` reads them back
 (at an update boundary): float64 CPU tensors and an integer count, whichever
 device they were on, so a resumed run continues bit for bit and a checkpoint
 does not depend on the path that wrote it.
@@ -46,6 +46,11 @@ def _float64_cpu(value, shape: tuple, label: str) -> torch.Tensor:
     return tensor
 
 
+def inverse_std(var: torch.Tensor) -> torch.Tensor:
+    """1 / sqrt(var + EPSILON) in float64 (rounded once, by the caller, to float32)."""
+    return torch.add(var, EPSILON).sqrt_().reciprocal_()
+
+
 class RunningMeanStd:
     """Exact running mean and population variance per feature (float64 tensors on
     `device`; `count` is a float64 tensor there too)."""
@@ -59,44 +64,68 @@ class RunningMeanStd:
 
     def update(self, batch, live=None) -> None:
         """Merges a batch of samples (first axis = samples; NumPy or torch). `live`
-        (optional, bool per sample) keeps only its True rows: their sums are taken
-        with the others zeroed and their number is `live.sum()`, so the device is
-        never asked how many there are."""
-        batch = torch.as_tensor(batch).to(self.device, torch.float64)
+        (optional, bool per sample) keeps only its True rows: every sum over the batch
+        is a weighted one, weight 1 for a live row and 0 for a dead one, and their
+        number is the weights' sum, so the device is never asked how many there are.
+        A weight of 0 removes a row exactly, garbage included: its values are finite
+        (the env contract, envs/check.py), and the square of a float32 observation's
+        deviation (< 1e78) cannot overflow float64, so weight x value is always 0."""
+        batch = torch.as_tensor(batch)
+        rows = batch.shape[0]
+        if rows == 0:
+            return
+        # One float64 working copy, reused: the deviations are formed in place, since a
+        # fresh batch-sized tensor per op costs more (page faults) than the arithmetic.
+        work = self._workspace(batch.shape)
+        work.copy_(batch)
         if live is None:
-            n = divisor = batch.shape[0]
-            if n == 0:
-                return
-            batch_mean = batch.sum(0) / divisor
-            deviation = batch - batch_mean
+            weights, n = self._ones, rows
+            divisor = n
         else:
-            keep = torch.as_tensor(live).to(self.device, torch.bool)
-            keep = keep.reshape(-1, *(1,) * (batch.dim() - 1))
-            n = keep.sum(dtype=torch.float64)
+            keep = torch.as_tensor(live).to(self.device)
+            weights = (keep if keep.dtype == torch.bool else keep != 0).to(torch.float64)
+            n = weights.sum()
             divisor = n.clamp(min=1)            # an all-dead batch: 0 / 1, then discarded
-            # where(), not a product with the mask: a dead row's NaN or inf cannot leak.
-            batch_mean = torch.where(keep, batch, 0.0).sum(0) / divisor
-            deviation = torch.where(keep, batch - batch_mean, 0.0)
-        self._merge(batch_mean, (deviation * deviation).sum(0) / divisor, n)
+        # (features, rows) @ weights: the weighted sum of every feature in one pass.
+        per_feature, batch_mean, batch_var = self._per_feature, self._batch_mean, self._batch_var
+        torch.mv(per_feature, weights, out=batch_mean.view(-1)).div_(divisor)
+        work.sub_(batch_mean)
+        work.mul_(work)
+        torch.mv(per_feature, weights, out=batch_var.view(-1)).div_(divisor)
+        self._merge(batch_mean, batch_var, n)
+
+    def _workspace(self, shape) -> torch.Tensor:
+        """The float64 scratch tensor for a batch of `shape` and what is derived from
+        it: its (features, rows) view, the batch moments' tensors and the all-ones
+        weights of its rows (all reallocated when the shape changes)."""
+        work = getattr(self, "_work", None)
+        if work is None or work.shape != shape:
+            work = self._work = torch.empty(shape, dtype=torch.float64, device=self.device)
+            self._per_feature = work.view(shape[0], -1).t()
+            self._batch_mean = torch.empty_like(self.mean)
+            self._batch_var = torch.empty_like(self.var)
+            self._ones = torch.ones(shape[0], dtype=torch.float64, device=self.device)
+        return work
 
     def _merge(self, batch_mean, batch_var, n) -> None:
-        """Chan et al.'s merge of (mean, var, count) with a batch's; `n` is an int or,
-        for a masked batch, a float64 tensor that may be 0."""
-        count = self.count
-        total = count + n
-        delta = batch_mean - self.mean
-        mean = self.mean + delta * (n / total)
-        m2 = self.var * count + batch_var * n + delta * delta * (count * n / total)
-        # The first batch is taken as it is (the prior var of 1 is no sample).
-        first = count == 0
-        mean = torch.where(first, batch_mean, mean)
-        var = torch.where(first, batch_var, m2 / total)
-        if isinstance(n, torch.Tensor):         # an all-dead batch changes nothing
-            empty = n == 0
-            mean = torch.where(empty, self.mean, mean)
-            var = torch.where(empty, self.var, var)
-        self.mean.copy_(mean)
-        self.var.copy_(var)
+        """Chan et al.'s merge of (mean, var, count) with a batch's, written as weighted
+        averages: with a = n / (count + n),
+            mean <- lerp(mean, batch_mean, a)
+            var  <- lerp(var, batch_var, a) + delta**2 * a * (1 - a),
+        delta = batch_mean - mean, which is the population variance of the union.
+        `n` is an int, or for a masked batch a float64 tensor that may be 0. lerp is
+        exact at both ends, so the first batch is taken as it is (a = 1; the prior
+        var of 1 is no sample) and an all-dead batch changes nothing (a = 0), with no
+        branch and no host read."""
+        total = self.count + n
+        if isinstance(n, torch.Tensor):
+            total_or_1 = total.clamp(min=1)     # count = n = 0: a = 0, nothing changes
+        else:
+            total_or_1 = total                  # n > 0
+        new_share = n / total_or_1
+        spread = (batch_mean - self.mean).square_().mul_(new_share * (self.count / total_or_1))
+        self.mean.lerp_(batch_mean, new_share)
+        self.var.lerp_(batch_var, new_share).add_(spread)
         self.count.copy_(total)
 
     def state_dict(self) -> dict:
@@ -131,7 +160,7 @@ class ObservationNormalizer:
         """The float32 shift/scale the policy input uses, refreshed in place (every
         step), from the float64 statistics (rounded once, at the end)."""
         self.shift.copy_(self.stats.mean)
-        self.scale.copy_(1.0 / torch.sqrt(self.stats.var + EPSILON))
+        self.scale.copy_(inverse_std(self.stats.var))
 
     def update(self, observations, live=None) -> None:
         """Adds the env's observations (only read) to the statistics; `live` as in
@@ -175,7 +204,7 @@ class RewardScaler:
         self.returns.mul_(self.gamma).add_(rewards)
         self.stats.update(self.returns, live)
         # float32 reward x float32 factor, the factor rounded once from float64.
-        factor = (1.0 / torch.sqrt(self.stats.var + EPSILON)).to(torch.float32)
+        factor = inverse_std(self.stats.var).to(torch.float32)
         scaled = torch.mul(rewards, factor, out=torch.as_tensor(out))
         scaled.clamp_(-self.clip, self.clip)
         self.returns.masked_fill_(torch.as_tensor(dones), 0.0)

@@ -84,7 +84,7 @@ class ObservationPipeline(_Normalisers):
         # The statistics stay on the host, beside the env's arrays (no copy to update them).
         self._make_normalisers(train_config, obs_dim, rows, device, "cpu")
         if self.obs_norm is not None:
-            self.obs_norm.update(self.obs_view, self.live_rows())
+            self.obs_norm.update(self.obs_view, self.masks_view)
         if self.reward_scaler is not None:
             self._scaled_rewards = torch.zeros(rows, dtype=torch.float32)
             self._dones = torch.zeros(rows, dtype=torch.bool)
@@ -112,13 +112,6 @@ class ObservationPipeline(_Normalisers):
         self.rewards_view = None if rewards is None else torch.from_numpy(rewards)
         self.terminals_view = None if terminals is None else torch.from_numpy(terminals)
         self.truncations_view = None if truncations is None else torch.from_numpy(truncations)
-
-    def live_rows(self) -> torch.Tensor | None:
-        """Boolean live-row mask (agent masks) for the normalisers, or None for all rows
-        (read on the host: these are host arrays)."""
-        if self.masks_np is None or self.masks_np.all():
-            return None
-        return torch.from_numpy(self.masks_np.astype(bool, copy=False))
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.device, non_blocking=self.non_blocking)
@@ -160,7 +153,7 @@ class ObservationPipeline(_Normalisers):
 
     def _update_normalisers(self, storage, step: int) -> None:
         """Statistics from this step's env output; the (scaled) rewards into storage."""
-        live = self.live_rows()
+        live = self.masks_view             # the env's agent masks, or None: every row
         if self.obs_norm is not None:
             self.obs_norm.update(self.obs_view, live)
         source = self.rewards_view
@@ -204,8 +197,8 @@ class DeviceObservationPipeline(_Normalisers):
     ObservationPipeline's.
 
     train.normalize_obs / normalize_reward keep their statistics on the device
-    too and update them with masked sums over the live rows (the env's `masks`
-    tensor, whatever it holds), so they add device ops per step and no sync.
+    too and update them with sums weighted by the env's `masks` tensor (live rows
+    only, whatever it holds), so they add device ops per step and no sync.
     """
 
     def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
