@@ -161,8 +161,16 @@ def test_device_normalisers_equal_the_host_ones(env):
     run_updates(device, 3)
     torch.testing.assert_close(host.storage.actions, device.storage.actions, rtol=0, atol=0)
     assert_same_normalisers(host, device)
-    host.close()
-    device.close()
+    # One checkpoint format: the host path's state loads on the device path as it is.
+    saved = host.pipeline.state_dict()
+    fresh = Trainer(config(env, *extra, ("vec.backend", "device")))
+    fresh.pipeline.load_state_dict(saved)
+    for name, state in fresh.pipeline.state_dict().items():
+        for key, value in state.items():
+            assert np.array_equal(value, saved[name][key]), (name, key)
+    assert fresh.pipeline.obs_norm.stats.mean.device == fresh.device
+    for trainer in (host, device, fresh):
+        trainer.close()
 
 
 def assert_same_normalisers(host, device):
