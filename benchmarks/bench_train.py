@@ -40,6 +40,13 @@ Parts:
               that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm config;
               --split-device cuda puts the learner on the GPU (C envs feeding it).
               Not in the default set.
+  normalisers the cost of train.normalize_obs + normalize_reward per update: process
+              CPU milliseconds of the rollout and of the whole update with both off
+              and on, on the host path (vec.backend native) and the device path
+              (vec.backend device, on train.device), for the shipped CartPole
+              config, THROUGHPUT and the shipped DroneSwarm config (the least of
+              --normaliser-updates updates x --normaliser-repeats trainers each,
+              off and on interleaved). Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -353,6 +360,45 @@ def gae_timing(shapes=((32, 32), (16, 4096), (128, 4096))) -> list[dict]:
     return results
 
 
+NORMALISED = [("train.normalize_obs", True), ("train.normalize_reward", True)]
+
+
+def normaliser_cost(backend: str, updates: int, repeats: int) -> list[dict]:
+    """Per-update CPU milliseconds with the running normalisers off and on. CPU time
+    and the least of many updates: on a shared machine they move least with the
+    other load (the wall time of one update also counts waiting for a core)."""
+    cases = (("cartpole", "shipped config", []), ("cartpole", "THROUGHPUT", THROUGHPUT),
+             ("drone_swarm", "shipped config", []))
+    rows = []
+    for env_name, label, base in cases:
+        least = {}
+        for _ in range(repeats):
+            for normalised in (False, True):
+                config = load_config(env_name, overrides=[
+                    *base, ("vec.backend", backend), ("train.torch_threads", 1),
+                    ("train.total_steps", 10 ** 12), *(NORMALISED if normalised else [])])
+                trainer = Trainer(config)
+                try:
+                    trainer.update()                     # warm-up, not counted
+                    for _ in range(updates):
+                        start = time.process_time()
+                        trainer.rollout()
+                        rolled = time.process_time()
+                        trainer.learn()
+                        end = time.process_time()
+                        for key, seconds in (("rollout", rolled - start), ("update", end - start)):
+                            least[normalised, key] = min(least.get((normalised, key), 1e9),
+                                                         seconds)
+                    samples = trainer.batch_size
+                finally:
+                    trainer.close()
+        rows.append({"backend": backend, "env": env_name, "config": label,
+                     "samples_per_update": samples,
+                     **{f"{key}_ms_{'on' if on else 'off'}": 1e3 * value
+                        for (on, key), value in least.items()}})
+    return rows
+
+
 def sb3_run(seed: int, cap: int) -> dict | None:
     try:
         import gymnasium as gym
@@ -450,7 +496,9 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
     parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
-                                           "overlap", "split"], nargs="+")
+                                           "overlap", "split", "normalisers"], nargs="+")
+    parser.add_argument("--normaliser-updates", type=int, default=10)
+    parser.add_argument("--normaliser-repeats", type=int, default=3)
     parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
     parser.add_argument("--overlap-drone-steps", type=int, default=2_000_000)
     parser.add_argument("--overlap-repeats", type=int, default=2,
@@ -521,6 +569,17 @@ def main(argv=None) -> int:
     if "split" in parts:
         results["split"] = split_part(args.split_cartpole_steps, args.split_drone_steps,
                                       args.split_repeats, args.split_cores, args.split_device)
+    if "normalisers" in parts:
+        results["normalisers"] = []
+        for backend in ("native", "device"):
+            for row in normaliser_cost(backend, args.normaliser_updates,
+                                       args.normaliser_repeats):
+                results["normalisers"].append(row)
+                print(f"normalisers {row['backend']:6s} {row['env']} {row['config']} "
+                      f"({row['samples_per_update']:,} samples/update): rollout "
+                      f"{row['rollout_ms_off']:.2f} -> {row['rollout_ms_on']:.2f} CPU-ms, "
+                      f"update {row['update_ms_off']:.2f} -> {row['update_ms_on']:.2f} CPU-ms",
+                      flush=True)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

@@ -28,6 +28,36 @@ def test_running_stats_equal_numpy_over_all_batches():
     assert stats.count == len(data)
 
 
+def test_masked_updates_equal_numpy_over_the_live_rows_only():
+    """Agent masks: a dead row (here holding the largest float32, whose square would
+    swamp float64 sums) is left out through weighted sums, the count comes from the
+    mask, and a batch with no live row (the first one included) changes nothing. No
+    host read: every step runs under NoHostSync."""
+    from test_train_device import NoHostSync
+    rng = np.random.default_rng(5)
+    stats = RunningMeanStd((2,))
+    live_rows = []
+    for n, p_live in ((6, 0.0), (9, 0.5), (40, 0.7), (5, 0.0), (64, 0.9), (3, 1.0)):
+        batch = rng.normal([3.0, -7.0], [2.0, 0.01], size=(n, 2)).astype(np.float32)
+        live = rng.random(n) < p_live
+        batch[~live] = [np.finfo(np.float32).max, -np.finfo(np.float32).max]
+        with NoHostSync():
+            stats.update(torch.from_numpy(batch), torch.from_numpy(live))
+        live_rows.append(batch[live])
+        if not any(len(rows) for rows in live_rows):
+            assert stats.count == 0 and torch.equal(stats.var, torch.ones(2, dtype=torch.float64))
+    data = np.concatenate(live_rows).astype(np.float64)
+    assert isinstance(stats.count, torch.Tensor) and stats.count == len(data)
+    np.testing.assert_allclose(stats.mean, data.mean(0), rtol=1e-12)
+    np.testing.assert_allclose(stats.var, data.var(0), rtol=1e-10)
+    # The same rows given without dead ones (boolean-indexed on the host) agree.
+    unmasked = RunningMeanStd((2,))
+    for rows in live_rows:
+        unmasked.update(rows)
+    torch.testing.assert_close(stats.mean, unmasked.mean, rtol=1e-14, atol=0)
+    torch.testing.assert_close(stats.var, unmasked.var, rtol=1e-12, atol=0)
+
+
 def test_observation_normalizer_formula_clip_and_input_untouched():
     norm = ObservationNormalizer(2, clip=3.0)
     data = np.array([[0.0, 10.0], [2.0, 10.0], [4.0, 10.0]], np.float32)
@@ -41,18 +71,24 @@ def test_observation_normalizer_formula_clip_and_input_untouched():
     assert got[1, 0] == 3.0 and got[1, 1] == -3.0         # clipped both ways
 
 
-def test_reward_scaler_matches_discounted_return_reference():
+@pytest.mark.parametrize("masked", [False, True])
+def test_reward_scaler_matches_discounted_return_reference(masked):
+    """Every row's discounted return, reset after its episode ends; with agent masks
+    only the live rows' returns enter the statistics (every row is still scaled)."""
     rng = np.random.default_rng(4)
     rows, steps, gamma = 3, 40, 0.9
     rewards = rng.normal(2.0, 3.0, size=(steps, rows)).astype(np.float32)
     dones = rng.random((steps, rows)) < 0.1
+    live = rng.random((steps, rows)) < (0.6 if masked else 1.1)
+    live[0] = True                              # the reference's variance needs a sample
     scaler = RewardScaler(rows, gamma, clip=5.0)
     out = np.zeros(rows, np.float32)
     running, seen = np.zeros(rows), []
     for t in range(steps):
-        got = scaler.scale(rewards[t], dones[t], out).copy()
+        got = scaler.scale(rewards[t], dones[t], out,
+                           torch.from_numpy(live[t]) if masked else None).copy()
         running = gamma * running + rewards[t]
-        seen.extend(running)
+        seen.extend(running[live[t]])
         expected = np.clip(rewards[t] / np.sqrt(np.var(seen) + EPSILON), -5.0, 5.0)
         np.testing.assert_allclose(got, expected, rtol=1e-5)
         running[dones[t]] = 0.0

@@ -20,85 +20,152 @@ usual VecNormalize practice: the reward's scale becomes ~1 whatever the env,
 without shifting its mean (a shift would change which behaviour is optimal
 near terminals).
 
-Both live on the host in NumPy (the env's buffers are host arrays); only the
-float32 shift/scale used for the policy input is mirrored on the device.
-Their state round-trips through `state_dict` / `load_state_dict` as float64
-tensors, so a resumed run continues bit for bit.
+One implementation serves both env paths: the statistics are float64 torch
+tensors on the device their data lives on (the host for a NumPy env batch,
+the trainer's device for a device batch), and every update is a fixed
+sequence of tensor ops with no host read. Live rows (agent masks) are
+selected with weighted sums (weight 0 for a dead row), not boolean indexing,
+and the sample count is a float64 tensor (exact up to 2**53 samples) beside
+the statistics, so a device batch's rollout never waits for the device. Only `state_dict` reads them back
+(at an update boundary): float64 CPU tensors and an integer count, whichever
+device they were on, so a resumed run continues bit for bit and a checkpoint
+does not depend on the path that wrote it.
 """
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 EPSILON = 1e-8
 
 
-def _float64(value) -> np.ndarray:
-    """A checkpoint entry (tensor or array-like) as a float64 array."""
-    return np.asarray(value.numpy() if torch.is_tensor(value) else value, dtype=np.float64)
+def _float64_cpu(value, shape: tuple, label: str) -> torch.Tensor:
+    """A checkpoint entry (tensor or array-like) as a float64 CPU tensor of `shape`."""
+    tensor = torch.as_tensor(value, dtype=torch.float64, device="cpu")
+    if tuple(tensor.shape) != shape:
+        raise ValueError(f"{label} statistics have shape {tuple(tensor.shape)}, expected {shape}")
+    return tensor
+
+
+def inverse_std(var: torch.Tensor) -> torch.Tensor:
+    """1 / sqrt(var + EPSILON) in float64 (rounded once, by the caller, to float32)."""
+    return torch.add(var, EPSILON).sqrt_().reciprocal_()
 
 
 class RunningMeanStd:
-    """Exact running mean and population variance per feature (float64)."""
+    """Exact running mean and population variance per feature (float64 tensors on
+    `device`; `count` is a float64 tensor there too)."""
 
-    def __init__(self, shape=()):
+    def __init__(self, shape=(), device="cpu"):
         self.shape = tuple(shape)
-        self.mean = np.zeros(self.shape, dtype=np.float64)
-        self.var = np.ones(self.shape, dtype=np.float64)
-        self.count = 0
+        self.device = torch.device(device)
+        self.mean = torch.zeros(self.shape, dtype=torch.float64, device=self.device)
+        self.var = torch.ones(self.shape, dtype=torch.float64, device=self.device)
+        self.count = torch.zeros((), dtype=torch.float64, device=self.device)
 
-    def update(self, batch) -> None:
-        """Merges a batch of samples (first axis = samples)."""
-        batch = np.asarray(batch)
-        n = batch.shape[0]
-        if n == 0:
+    def update(self, batch, live=None) -> None:
+        """Merges a batch of samples (first axis = samples; NumPy or torch). `live`
+        (optional, bool per sample) keeps only its True rows: every sum over the batch
+        is a weighted one, weight 1 for a live row and 0 for a dead one, and their
+        number is the weights' sum, so the device is never asked how many there are.
+        A weight of 0 removes a row exactly, garbage included: its values are finite
+        (the env contract, envs/check.py), and the square of a float32 observation's
+        deviation (< 1e78) cannot overflow float64, so weight x value is always 0."""
+        batch = torch.as_tensor(batch)
+        rows = batch.shape[0]
+        if rows == 0:
             return
-        batch_mean = batch.mean(axis=0, dtype=np.float64)
-        batch_var = batch.var(axis=0, dtype=np.float64)
-        if self.count == 0:
-            self.mean[...] = batch_mean
-            self.var[...] = batch_var
-            self.count = n
-            return
+        # One float64 working copy, reused: the deviations are formed in place, since a
+        # fresh batch-sized tensor per op costs more (page faults) than the arithmetic.
+        work = self._workspace(batch.shape)
+        work.copy_(batch)
+        if live is None:
+            weights, n = self._ones, rows
+            divisor = n
+        else:
+            keep = torch.as_tensor(live).to(self.device)
+            weights = (keep if keep.dtype == torch.bool else keep != 0).to(torch.float64)
+            n = weights.sum()
+            divisor = n.clamp(min=1)            # an all-dead batch: 0 / 1, then discarded
+        # (features, rows) @ weights: the weighted sum of every feature in one pass.
+        per_feature, batch_mean, batch_var = self._per_feature, self._batch_mean, self._batch_var
+        torch.mv(per_feature, weights, out=batch_mean.view(-1)).div_(divisor)
+        work.sub_(batch_mean)
+        work.mul_(work)
+        torch.mv(per_feature, weights, out=batch_var.view(-1)).div_(divisor)
+        self._merge(batch_mean, batch_var, n)
+
+    def _workspace(self, shape) -> torch.Tensor:
+        """The float64 scratch tensor for a batch of `shape` and what is derived from
+        it: its (features, rows) view, the batch moments' tensors and the all-ones
+        weights of its rows (all reallocated when the shape changes)."""
+        work = getattr(self, "_work", None)
+        if work is None or work.shape != shape:
+            work = self._work = torch.empty(shape, dtype=torch.float64, device=self.device)
+            self._per_feature = work.view(shape[0], -1).t()
+            self._batch_mean = torch.empty_like(self.mean)
+            self._batch_var = torch.empty_like(self.var)
+            self._ones = torch.ones(shape[0], dtype=torch.float64, device=self.device)
+        return work
+
+    def _merge(self, batch_mean, batch_var, n) -> None:
+        """Chan et al.'s merge of (mean, var, count) with a batch's, written as weighted
+        averages: with a = n / (count + n),
+            mean <- lerp(mean, batch_mean, a)
+            var  <- lerp(var, batch_var, a) + delta**2 * a * (1 - a),
+        delta = batch_mean - mean, which is the population variance of the union.
+        `n` is an int, or for a masked batch a float64 tensor that may be 0. lerp is
+        exact at both ends, so the first batch is taken as it is (a = 1; the prior
+        var of 1 is no sample) and an all-dead batch changes nothing (a = 0), with no
+        branch and no host read."""
         total = self.count + n
-        delta = batch_mean - self.mean
-        m2 = self.var * self.count + batch_var * n + delta * delta * (self.count * n / total)
-        self.mean += delta * (n / total)
-        self.var[...] = m2 / total
-        self.count = total
+        if isinstance(n, torch.Tensor):
+            total_or_1 = total.clamp(min=1)     # count = n = 0: a = 0, nothing changes
+        else:
+            total_or_1 = total                  # n > 0
+        new_share = n / total_or_1
+        spread = (batch_mean - self.mean).square_().mul_(new_share * (self.count / total_or_1))
+        self.mean.lerp_(batch_mean, new_share)
+        self.var.lerp_(batch_var, new_share).add_(spread)
+        self.count.copy_(total)
 
     def state_dict(self) -> dict:
-        return {"mean": torch.from_numpy(self.mean.copy()), "var": torch.from_numpy(self.var.copy()),
+        return {"mean": self.mean.to("cpu", copy=True), "var": self.var.to("cpu", copy=True),
                 "count": int(self.count)}
 
     def load_state_dict(self, state: dict, label: str = "normaliser") -> None:
-        mean, var = _float64(state["mean"]), _float64(state["var"])
-        if mean.shape != self.shape or var.shape != self.shape:
-            raise ValueError(f"{label} statistics have shape {mean.shape}, expected {self.shape}")
-        self.mean[...] = mean
-        self.var[...] = var
-        self.count = int(state["count"])
+        mean = _float64_cpu(state["mean"], self.shape, label)
+        var = _float64_cpu(state["var"], self.shape, label)
+        self.mean.copy_(mean)
+        self.var.copy_(var)
+        self.count.fill_(int(state["count"]))
 
 
 class ObservationNormalizer:
-    """clip((obs - mean) / sqrt(var + eps)) per feature, into a caller's tensor."""
+    """clip((obs - mean) / sqrt(var + eps)) per feature, into a caller's tensor.
 
-    def __init__(self, obs_dim: int, clip: float = 10.0, device="cpu"):
-        self.stats = RunningMeanStd((obs_dim,))
-        self.clip = float(clip)
+    `device`: where the float32 shift/scale (the policy input's side) live;
+    `stats_device` (default `device`): where the statistics are updated, i.e.
+    where the env's observations are (the host for a NumPy batch)."""
+
+    def __init__(self, obs_dim: int, clip: float = 10.0, device="cpu", stats_device=None):
         self.device = torch.device(device)
+        self.stats = RunningMeanStd((obs_dim,), self.device if stats_device is None
+                                    else stats_device)
+        self.clip = float(clip)
         self.shift = torch.zeros(obs_dim, dtype=torch.float32, device=self.device)
         self.scale = torch.ones(obs_dim, dtype=torch.float32, device=self.device)
         self._refresh()
 
     def _refresh(self) -> None:
-        """The float32 shift/scale the policy input uses, refreshed in place (every step)."""
-        self.shift.copy_(torch.from_numpy(self.stats.mean))
-        self.scale.copy_(torch.from_numpy(1.0 / np.sqrt(self.stats.var + EPSILON)))
+        """The float32 shift/scale the policy input uses, refreshed in place (every
+        step), from the float64 statistics (rounded once, at the end)."""
+        self.shift.copy_(self.stats.mean)
+        self.scale.copy_(inverse_std(self.stats.var))
 
-    def update(self, observations: np.ndarray, live=None) -> None:
-        """Adds the env's observations (host array, only read) to the statistics."""
-        self.stats.update(observations if live is None else observations[live])
+    def update(self, observations, live=None) -> None:
+        """Adds the env's observations (only read) to the statistics; `live` as in
+        RunningMeanStd.update."""
+        self.stats.update(observations, live)
         self._refresh()
 
     def normalize(self, observations: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
@@ -118,35 +185,40 @@ class ObservationNormalizer:
 
 
 class RewardScaler:
-    """Rewards divided by the running std of each row's discounted return, clipped."""
+    """Rewards divided by the running std of each row's discounted return, clipped.
+    The returns and statistics live on `device`, where the env's rewards are."""
 
-    def __init__(self, rows: int, gamma: float, clip: float = 10.0):
-        self.stats = RunningMeanStd(())
-        self.returns = np.zeros(rows, dtype=np.float64)
+    def __init__(self, rows: int, gamma: float, clip: float = 10.0, device="cpu"):
+        self.stats = RunningMeanStd((), device)
+        self.returns = torch.zeros(rows, dtype=torch.float64, device=self.stats.device)
         self.gamma = float(gamma)
         self.clip = float(clip)
 
-    def scale(self, rewards: np.ndarray, dones: np.ndarray, out: np.ndarray, live=None) -> np.ndarray:
+    def scale(self, rewards, dones, out, live=None):
         """Updates the statistics with this step's rewards and writes the scaled
-        rewards (float32) into `out`; `dones` (terminal | truncated) resets the
-        rows' discounted returns after they are counted."""
-        self.returns *= self.gamma
-        self.returns += rewards
-        self.stats.update(self.returns if live is None else self.returns[live])
-        np.multiply(rewards, np.float32(1.0 / np.sqrt(self.stats.var + EPSILON)), out=out)
-        np.clip(out, -self.clip, self.clip, out=out)
-        self.returns[dones] = 0.0
+        rewards (float32) into `out`, which it returns; `dones` (terminal | truncated,
+        bool) resets the rows' discounted returns after they are counted. `live` as
+        in RunningMeanStd.update. Tensors or NumPy arrays (an array `out` is written
+        through a view); no host read."""
+        rewards = torch.as_tensor(rewards)
+        self.returns.mul_(self.gamma).add_(rewards)
+        self.stats.update(self.returns, live)
+        # float32 reward x float32 factor, the factor rounded once from float64.
+        factor = inverse_std(self.stats.var).to(torch.float32)
+        scaled = torch.mul(rewards, factor, out=torch.as_tensor(out))
+        scaled.clamp_(-self.clip, self.clip)
+        self.returns.masked_fill_(torch.as_tensor(dones), 0.0)
         return out
 
     def state_dict(self) -> dict:
-        return {**self.stats.state_dict(), "returns": torch.from_numpy(self.returns.copy()),
+        return {**self.stats.state_dict(), "returns": self.returns.to("cpu", copy=True),
                 "clip": self.clip}
 
     def load_state_dict(self, state: dict, label: str = "reward scaler") -> None:
         self.stats.load_state_dict(state, label)
-        returns = _float64(state["returns"])
-        if returns.shape != self.returns.shape:
-            raise ValueError(f"{label} has {returns.shape[0]} rows, this run has "
-                             f"{self.returns.shape[0]}")
-        self.returns[...] = returns
+        returns = torch.as_tensor(state["returns"], dtype=torch.float64)
+        if tuple(returns.shape) != tuple(self.returns.shape):
+            raise ValueError(f"{label} has {returns.shape[0] if returns.dim() else 0} rows, "
+                             f"this run has {self.returns.shape[0]}")
+        self.returns.copy_(returns)
         self.clip = float(state.get("clip", self.clip))

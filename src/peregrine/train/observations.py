@@ -16,6 +16,12 @@
 
 Which of these run is decided once, at construction: the per-step methods
 call a list of bound writers and never test the configuration.
+
+`DeviceObservationPipeline` does the same jobs for a device batch, whose
+buffers are already tensors on the trainer's device. Both use the same
+normalisers (normalize.py); only where their statistics live differs (the
+host for a NumPy batch, the device for a device batch), and their checkpoint
+state is the same either way.
 """
 from __future__ import annotations
 
@@ -25,9 +31,47 @@ import torch
 from .normalize import ObservationNormalizer, RewardScaler
 
 
-class ObservationPipeline:
-    def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
+class _Normalisers:
+    """What both pipelines share: the optional normalisers and their checkpoint state."""
+
+    obs_norm: ObservationNormalizer | None
+    reward_scaler: RewardScaler | None
+    obs_view: torch.Tensor
+
+    def _make_normalisers(self, train_config, obs_dim: int, rows: int, device,
+                          stats_device) -> None:
+        """train.normalize_obs / normalize_reward's normalisers (None when off), their
+        statistics kept on `stats_device` (where the env's buffers are)."""
         t = train_config
+        self.obs_norm = self.reward_scaler = None
+        if t.normalize_obs:
+            self.obs_norm = ObservationNormalizer(obs_dim, t.obs_clip, device, stats_device)
+        if t.normalize_reward:
+            self.reward_scaler = RewardScaler(rows, t.gamma, t.reward_clip, stats_device)
+
+    @property
+    def storage_dtype(self) -> torch.dtype:
+        """dtype of the stored policy input (float32 once normalised)."""
+        return torch.float32 if self.obs_norm is not None else self.obs_view.dtype
+
+    def state_dict(self) -> dict:
+        return {"obs_normalizer": None if self.obs_norm is None else self.obs_norm.state_dict(),
+                "reward_scaler": None if self.reward_scaler is None
+                else self.reward_scaler.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, normaliser, key in (("obs_normalizer", self.obs_norm, "normalize_obs"),
+                                      ("reward_scaler", self.reward_scaler, "normalize_reward")):
+            if normaliser is None:
+                continue
+            if state.get(name) is None:
+                raise ValueError(f"checkpoint has no {name} statistics but this run has "
+                                 f"train.{key} on; keep the run's config when resuming")
+            normaliser.load_state_dict(state[name])
+
+
+class ObservationPipeline(_Normalisers):
+    def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
         self.env, self.device = env, device
         self.non_blocking = device.type != "cpu"
         self.mask_slice = mask_slice
@@ -37,14 +81,13 @@ class ObservationPipeline:
         self.masks_np = getattr(env, "masks", None)
         self.masks_view = None if self.masks_np is None else torch.from_numpy(self.masks_np)
         rows = int(env.num_agents)
-        self.obs_norm = self.reward_scaler = None
-        if t.normalize_obs:
-            self.obs_norm = ObservationNormalizer(obs_dim, t.obs_clip, device)
-            self.obs_norm.update(observations, self.live_rows())
-        if t.normalize_reward:
-            self.reward_scaler = RewardScaler(rows, t.gamma, t.reward_clip)
-            self._scaled_rewards = np.zeros(rows, dtype=np.float32)
-            self._scaled_view = torch.from_numpy(self._scaled_rewards)
+        # The statistics stay on the host, beside the env's arrays (no copy to update them).
+        self._make_normalisers(train_config, obs_dim, rows, device, "cpu")
+        if self.obs_norm is not None:
+            self.obs_norm.update(self.obs_view, self.masks_view)
+        if self.reward_scaler is not None:
+            self._scaled_rewards = torch.zeros(rows, dtype=torch.float32)
+            self._dones = torch.zeros(rows, dtype=torch.bool)
         # The per-step writers this configuration needs, chosen once.
         self._observers = [self._write_observation]
         if self.masks_view is not None:
@@ -56,11 +99,6 @@ class ObservationPipeline:
             self._receivers.append(self._write_rewards)
         else:
             self._receivers.append(self._update_normalisers)
-
-    @property
-    def storage_dtype(self) -> torch.dtype:
-        """dtype of the stored policy input (float32 once normalised)."""
-        return torch.float32 if self.obs_norm is not None else self.obs_view.dtype
 
     # ---- env buffers ------------------------------------------------------------------
     def bind_observations(self, observations) -> None:
@@ -74,12 +112,6 @@ class ObservationPipeline:
         self.rewards_view = None if rewards is None else torch.from_numpy(rewards)
         self.terminals_view = None if terminals is None else torch.from_numpy(terminals)
         self.truncations_view = None if truncations is None else torch.from_numpy(truncations)
-
-    def live_rows(self):
-        """Boolean live-row mask (agent masks) for the normalisers, or None for all rows."""
-        if self.masks_np is None or self.masks_np.all():
-            return None
-        return self.masks_np.astype(bool, copy=False)
 
     def _to_device(self, tensor: torch.Tensor) -> torch.Tensor:
         return tensor.to(self.device, non_blocking=self.non_blocking)
@@ -121,14 +153,14 @@ class ObservationPipeline:
 
     def _update_normalisers(self, storage, step: int) -> None:
         """Statistics from this step's env output; the (scaled) rewards into storage."""
-        live = self.live_rows()
+        live = self.masks_view             # the env's agent masks, or None: every row
         if self.obs_norm is not None:
-            self.obs_norm.update(self._obs_np, live)
+            self.obs_norm.update(self.obs_view, live)
         source = self.rewards_view
         if self.reward_scaler is not None:
-            dones = self._terminals_np | self._truncations_np
-            self.reward_scaler.scale(self._rewards_np, dones, self._scaled_rewards, live)
-            source = self._scaled_view
+            torch.logical_or(self.terminals_view, self.truncations_view, out=self._dones)
+            source = self.reward_scaler.scale(self.rewards_view, self._dones,
+                                              self._scaled_rewards, live)
         storage.rewards[step].copy_(source, non_blocking=self.non_blocking)
 
     # ---- policy input -----------------------------------------------------------------
@@ -155,24 +187,8 @@ class ObservationPipeline:
         rows = rows.to(self.device)
         storage.rewards[step].index_add_(0, rows, gamma * value(final, rows))
 
-    # ---- checkpoints ------------------------------------------------------------------
-    def state_dict(self) -> dict:
-        return {"obs_normalizer": None if self.obs_norm is None else self.obs_norm.state_dict(),
-                "reward_scaler": None if self.reward_scaler is None
-                else self.reward_scaler.state_dict()}
 
-    def load_state_dict(self, state: dict) -> None:
-        for name, normaliser, key in (("obs_normalizer", self.obs_norm, "normalize_obs"),
-                                      ("reward_scaler", self.reward_scaler, "normalize_reward")):
-            if normaliser is None:
-                continue
-            if state.get(name) is None:
-                raise ValueError(f"checkpoint has no {name} statistics but this run has "
-                                 f"train.{key} on; keep the run's config when resuming")
-            normaliser.load_state_dict(state[name])
-
-
-class DeviceObservationPipeline:
+class DeviceObservationPipeline(_Normalisers):
     """The pipeline for a device batch (vec.backend = "device"): the env's buffers
     are already tensors on the trainer's device, so every per-step write is a
     device op on them, and nothing reads them on the host during a rollout (no
@@ -180,15 +196,12 @@ class DeviceObservationPipeline:
     bootstrapped with a mask instead of an index list. The interface is
     ObservationPipeline's.
 
-    Not available here yet: train.normalize_obs / normalize_reward, whose running
-    statistics are float64 NumPy on the host.
+    train.normalize_obs / normalize_reward keep their statistics on the device
+    too and update them with sums weighted by the env's `masks` tensor (live rows
+    only, whatever it holds), so they add device ops per step and no sync.
     """
 
     def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
-        if train_config.normalize_obs or train_config.normalize_reward:
-            raise ValueError("train.normalize_obs and train.normalize_reward are not available "
-                             "with vec.backend = 'device' (their statistics live on the host); "
-                             "turn them off or use vec.backend = 'native'")
         if env.observations.device != device:
             raise ValueError(f"the env's buffers are on {env.observations.device} but the "
                              f"trainer runs on {device}; make them agree")
@@ -197,20 +210,21 @@ class DeviceObservationPipeline:
         self.rewards, self.terminals = env.rewards, env.terminals
         self.truncations, self.masks = env.truncations, env.masks
         self._cut = torch.zeros_like(self.truncations)
+        self._make_normalisers(train_config, obs_dim, int(env.num_agents), device, device)
+        if self.obs_norm is not None:
+            self.obs_norm.update(self.obs_view, self.masks)
         self._observers = [self._write_observation, self._write_live]
         if mask_slice is not None:
             self._observers.append(self._write_action_mask)
-
-    @property
-    def storage_dtype(self) -> torch.dtype:
-        return self.obs_view.dtype
+        normalised = self.obs_norm is not None or self.reward_scaler is not None
+        self._write_rewards = self._update_normalisers if normalised else self._copy_rewards
 
     def observe(self, storage, step: int) -> None:
         for write in self._observers:
             write(storage, step)
 
     def _write_observation(self, storage, step: int) -> None:
-        storage.obs[step].copy_(self.obs_view)
+        self.policy_input(self.obs_view, storage.obs[step])
 
     def _write_live(self, storage, step: int) -> None:
         storage.live[step].copy_(self.masks)
@@ -219,24 +233,37 @@ class DeviceObservationPipeline:
         torch.gt(self.obs_view[:, self.mask_slice], 0.5, out=storage.action_mask[step])
 
     def receive(self, storage, step: int, next_obs, rewards, terminals, truncations) -> None:
-        torch.logical_or(terminals, truncations, out=storage.dones[step])
-        storage.rewards[step].copy_(rewards)
+        """The step's episode ends and (scaled) rewards into storage row `step`, after
+        the normalisers have seen its output (the buffers never move)."""
+        torch.logical_or(self.terminals, self.truncations, out=storage.dones[step])
+        self._write_rewards(storage, step)
+
+    def _copy_rewards(self, storage, step: int) -> None:
+        storage.rewards[step].copy_(self.rewards)
+
+    def _update_normalisers(self, storage, step: int) -> None:
+        """Statistics from this step's env output (live rows by mask); the (scaled)
+        rewards into storage. Device ops only."""
+        if self.obs_norm is not None:
+            self.obs_norm.update(self.obs_view, self.masks)
+        if self.reward_scaler is None:
+            self._copy_rewards(storage, step)
+        else:
+            self.reward_scaler.scale(self.rewards, storage.dones[step], storage.rewards[step],
+                                     self.masks)
 
     def policy_input(self, raw: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return raw if out is None else out.copy_(raw)
+        """The policy's view of env observations: normalised when train.normalize_obs."""
+        if self.obs_norm is None:
+            return raw if out is None else out.copy_(raw)
+        return self.obs_norm.normalize(raw, out)
 
     def current(self) -> torch.Tensor:
-        return self.obs_view
+        return self.policy_input(self.obs_view)
 
     def bootstrap(self, storage, step: int, value, gamma: float) -> None:
         """rewards += gamma * V(final observation) on rows cut by truncation only,
         computed for every row and masked (no host sync)."""
         torch.logical_and(self.truncations, torch.logical_not(self.terminals), out=self._cut)
-        values = value(self.final_obs_view, None)
+        values = value(self.policy_input(self.final_obs_view), None)
         storage.rewards[step].addcmul_(values, self._cut, value=gamma)
-
-    def state_dict(self) -> dict:
-        return {"obs_normalizer": None, "reward_scaler": None}
-
-    def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore (no normalisers on this path)."""
