@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_distributed.py --json out.json
     .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --set train.precision bf16
     .venv/bin/python benchmarks/bench_distributed.py --independent   # + the machine's ceiling
+    .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --config fast
 
 Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
@@ -176,6 +177,8 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="write the results here")
     parser.add_argument("--set", nargs=2, action="append", default=[], metavar=("KEY", "VALUE"),
                         help="a config override for every job, e.g. --set train.precision bf16")
+    parser.add_argument("--config", help="a shipped config variant or TOML file for every job "
+                        "(peregrine train --config), e.g. --config fast")
     parser.add_argument("--independent", action="store_true",
                         help="also run N independent 1-rank jobs at once (one per core): the "
                              "machine's ceiling for N ranks without collectives")
@@ -198,6 +201,8 @@ def main(argv=None) -> int:
             baseline = None
             for ranks in sorted(args.ranks):
                 overrides = [token for key, value in args.set for token in (f"--{key}", value)]
+                if args.config:
+                    overrides += ["--config", args.config]
                 result = measure(env, ranks, steps * ranks, Path(workdir), overrides)
                 baseline = baseline or result["sps"]
                 result["efficiency"] = result["sps"] / (ranks * baseline)
