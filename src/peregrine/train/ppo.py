@@ -66,9 +66,10 @@ from collections import deque
 
 import torch
 
-from . import environment, torch_startup
+from . import compiling, environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
-from .collect import SplitCollector, SyncCollector
+from .collect import (SplitCollector, SyncCollector, drawn_policy_step, eager_policy_step,
+                      with_drawn_noise)
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -208,6 +209,14 @@ class Trainer:
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
         self.no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
         self.lstm_state = policy.initial_state(rows, device)
+        # The rollout's per-step policy work and the minibatch loss: eager, or compiled
+        # here once (train.compile, compiling.py); the loops call whichever was chosen.
+        self.policy_step = eager_policy_step(policy, self.autocast)
+        self._minibatch_loss = self._eager_loss
+        self.compiled = False
+        self.compile_seconds = 0.0      # excluded from `elapsed` and the time split
+        if t.compile:
+            self._compile()
 
         self.global_step = 0
         self.updates = 0
@@ -217,6 +226,48 @@ class Trainer:
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
+
+    def _compile(self) -> None:
+        """Compiles the rollout step and the minibatch loss and runs each once on the
+        zero-filled storage (the compile happens here, timed as `compile_seconds`);
+        warns and stays eager where torch.compile cannot run (compiling.py)."""
+        if self.dist is not None or self.kickstarter is not None:
+            what = "several ranks" if self.dist is not None else "a teacher (kickstarting)"
+            raise ValueError(f"train.compile = true is not available with {what} yet; "
+                             f"set train.compile = false")
+        reason = compiling.unavailable_reason(self.device)
+        if reason is not None:
+            compiling.warn_eager(reason)
+            return
+        if self.config.train.deterministic:
+            # The public call also sets inductor's own flag (torch_startup.py skips it).
+            torch.use_deterministic_algorithms(True, warn_only=True)
+        start = time.perf_counter()
+        policy, storage = self.policy, self.storage
+        step = with_drawn_noise(policy, compiling.compile_function(
+            drawn_policy_step(policy, self.autocast), self.device))
+        loss = compiling.compile_function(
+            lambda batch: self._eager_loss(batch, 0.0, True), self.device)
+        # A throwaway generator: the warm-up must not move the trainer's draws.
+        generator = torch.Generator(device=self.device)
+        try:
+            with torch.no_grad():
+                step(storage.obs[0], self.lstm_state, self.next_starts, generator,
+                     storage.step_mask(0))
+            epoch = next(iter(storage.flat_minibatches(self.config.train.minibatch_size, 1,
+                                                       generator)))
+            batch, _ = next(epoch)
+            loss(batch)[0].backward()   # compiles the backward too
+        except Exception as error:  # noqa: BLE001 - any compile failure falls back, named
+            compiling.warn_eager(f"compiling failed with {type(error).__name__}: {error}")
+            return
+        finally:
+            self.optimizer.zero_grad(set_to_none=True)
+        self.policy_step = step
+        self._minibatch_loss = compiling.ShapeRouted(loss, self._eager_loss,
+                                                     batch["advantages"].shape[0])
+        self.compiled = True
+        self.compile_seconds = time.perf_counter() - start
 
     def _env_seed(self, seed: int) -> int:
         """dist hook: the seed this process's env batch gets where one process gives `seed`."""
@@ -337,8 +388,7 @@ class Trainer:
     def _gradient_step(self, batch, teacher_weight: float = 0.0, record: bool = True):
         """One Adam step on a minibatch; with `record`, returns its LossStats."""
         t = self.config.train
-        evaluation = self.evaluate(batch, record or t.ent_coef != 0)
-        loss, stats = ppo_loss(evaluation, batch, t, teacher_weight, record)
+        loss, stats = self._minibatch_loss(batch, teacher_weight, record)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.dist is not None:
@@ -347,6 +397,12 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
         self._optimizer_step()
         return stats
+
+    def _eager_loss(self, batch, teacher_weight: float = 0.0, record: bool = True):
+        """(loss to minimise, LossStats or None) of a minibatch (loss.ppo_loss)."""
+        t = self.config.train
+        evaluation = self.evaluate(batch, record or t.ent_coef != 0)
+        return ppo_loss(evaluation, batch, t, teacher_weight, record)
 
     def _record(self, split: dict, losses: dict, seconds: float, stats=None) -> dict:
         """The metrics record of the update just finished; `stats` are its rollout's
@@ -372,6 +428,7 @@ class Trainer:
             "env_stats": {k: v for k, v in stats.mean.items()
                           if k not in ("episode_return", "episode_length")},
             "losses": losses, "time_split": split,
+            "compile_seconds": self.compile_seconds,
         }
 
     def recent_return(self, min_episodes: int = 20):

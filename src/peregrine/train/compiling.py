@@ -1,0 +1,83 @@
+"""torch.compile of the trainer's two hot functions (`train.compile = true`, opt-in).
+
+* The rollout step: the policy forward and sampling
+  (`collect.drawn_policy_step`). torch.compile cannot take a `torch.Generator`,
+  so the step's random numbers are drawn eagerly (`Policy.draw`) and passed in:
+  a seed draws the same numbers, in the same order, as on the eager path.
+* The minibatch loss: the policy's evaluation and `loss.ppo_loss`, whose
+  backward AOTAutograd compiles with it (`loss.backward()` runs the compiled
+  backward). Gradient clipping and the fused Adam step stay eager. The compiled
+  loss always computes the minibatch statistics (one graph, not one per
+  `record` flag; the trainer keeps only the ones it records).
+
+Shapes are fixed (`dynamic=False`): the rollout step always sees every row, and
+the loss is compiled for `train.minibatch_size` samples. A minibatch of another
+size (an epoch's remainder, or fewer samples when dead agents' rows are left
+out) runs the eager loss (`ShapeRouted`), so an update never recompiles.
+
+Both functions are compiled once, at construction, by a warm-up call on the
+zero-filled storage with a throwaway generator (the trainer's generator, the
+weights and the optimizer state are untouched). That compile time is
+`Trainer.compile_seconds`, reported as `compile_seconds` in every update's
+record and excluded from the updates' time split and SPS.
+
+Modes: the default inductor mode on the CPU (C++ kernels, so a C++ compiler is
+needed), `mode="reduce-overhead"` (CUDA graphs) on CUDA. The CUDA mode has not
+been run on a GPU yet.
+
+Refused by config validation, by name: `policy.lstm` (Dynamo does not trace
+`nn.LSTM`, and the fused LSTM replay cuts segments at episode starts with a host
+read), `train.teacher`, `train.overlap`, `vec.split = 2`; several ranks are
+refused by the trainer. Where torch.compile cannot run (no C++ compiler for the
+CPU backend, a Python or platform torch.compile does not support, or a compile
+error), the trainer warns once, naming why, and trains eagerly.
+"""
+from __future__ import annotations
+
+import sys
+import warnings
+
+import torch
+
+
+def unavailable_reason(device: torch.device) -> str | None:
+    """Why torch.compile cannot run here for `device`, or None when it can."""
+    try:
+        import torch._dynamo
+    except Exception as error:  # noqa: BLE001 - any import failure means no compiler
+        return f"torch._dynamo cannot be imported ({error})"
+    if not torch._dynamo.is_dynamo_supported():
+        return (f"torch {torch.__version__} does not support torch.compile on Python "
+                f"{sys.version_info.major}.{sys.version_info.minor} / {sys.platform}")
+    if device.type == "cpu":
+        try:
+            from torch._inductor.cpp_builder import get_cpp_compiler
+            get_cpp_compiler()          # runs `<compiler> --version`
+        except Exception as error:  # noqa: BLE001 - no usable compiler, whatever the cause
+            return (f"no C++ compiler for inductor's CPU backend ({type(error).__name__}; "
+                    f"install g++ or clang++, or set CXX)")
+    return None
+
+
+def compile_function(function, device: torch.device):
+    """`function` wrapped by torch.compile for `device` (module docstring: modes)."""
+    mode = "reduce-overhead" if device.type == "cuda" else None
+    return torch.compile(function, fullgraph=True, dynamic=False, mode=mode)
+
+
+def warn_eager(reason: str) -> None:
+    warnings.warn(f"train.compile = true but torch.compile is unavailable: {reason}; "
+                  f"training eagerly", RuntimeWarning, stacklevel=3)
+
+
+class ShapeRouted:
+    """The compiled minibatch loss for minibatches of `size` samples, the eager one
+    for any other size (which would otherwise compile a new graph)."""
+
+    def __init__(self, compiled, eager, size: int):
+        self.compiled, self.eager, self.size = compiled, eager, size
+
+    def __call__(self, batch, teacher_weight: float = 0.0, record: bool = True):
+        if batch["advantages"].shape[0] == self.size:
+            return self.compiled(batch)
+        return self.eager(batch, teacher_weight, record)
