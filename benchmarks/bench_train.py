@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_train.py --only throughput --json out.json
     .venv/bin/python benchmarks/bench_train.py --only overlap --seeds 1 2 3 4 5
     .venv/bin/python benchmarks/bench_train.py --only split
+    .venv/bin/python benchmarks/bench_train.py --only compile
 
 Parts:
   solve       the shipped CartPole config on each seed until the mean return of
@@ -47,6 +48,15 @@ Parts:
               config, THROUGHPUT and the shipped DroneSwarm config (the least of
               --normaliser-updates updates x --normaliser-repeats trainers each,
               off and on interleaved). Not in the default set.
+  compile     train.compile = true (torch.compile of the rollout step and the minibatch
+              loss, train/compiling.py) against eager, each pinned with `taskset -c 0`
+              and `taskset -c 0,1`, in one invocation (the fastest of --compile-repeats
+              back-to-back eager / compiled pairs): training SPS (compile excluded, as in
+              the trainer's own SPS), CPU-second SPS, the time split and the compile
+              seconds of every compiled run (the first one per env with an empty
+              inductor cache, cold; the others reuse its on-disk cache, warm), for the
+              CartPole throughput config that solves (THROUGHPUT_SOLVES) and the shipped
+              DroneSwarm config. Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -155,7 +165,8 @@ def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPU
                 "cpu_sps": (trainer.global_step - start_steps) / (trainer.cpu_seconds - start_cpu),
                 "sps": (trainer.global_step - start_steps) / seconds,
                 "split": {k: v / total for k, v in split.items()},
-                "recent_return": trainer.recent_return()}
+                "recent_return": trainer.recent_return(),
+                "compiled": trainer.compiled, "compile_seconds": trainer.compile_seconds}
     finally:
         trainer.close()
 
@@ -333,6 +344,51 @@ def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
     return out
 
 
+def compile_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
+                 core_sets=("0", "0,1")) -> dict:
+    """train.compile false against true on the same cores, per env (see the module
+    docstring). The children share one fresh inductor cache directory, so each env's
+    first compiled run compiles cold and the later ones read that cache."""
+    import tempfile
+    out: dict = {"load_average_before": os.getloadavg(), "rows": []}
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
+            compile_seconds = []
+
+            def pair(cores):
+                runs = {compile: pinned_throughput(cores, env_name, steps,
+                                                   [("train.compile", compile)])
+                        for compile in (False, True)}
+                if not runs[True]["compiled"]:
+                    raise RuntimeError("train.compile fell back to eager; see its warning")
+                compile_seconds.append(round(runs[True]["compile_seconds"], 2))
+                return runs
+            for cores in core_sets:
+                runs = best_of(repeats, lambda: pair(cores))
+                row = {"env": env_name, "cores": cores,
+                       "sps_eager": runs[False]["sps"], "sps_compiled": runs[True]["sps"],
+                       "cpu_sps_eager": runs[False]["cpu_sps"],
+                       "cpu_sps_compiled": runs[True]["cpu_sps"],
+                       "speedup": runs[True]["sps"] / runs[False]["sps"],
+                       "split_eager": runs[False]["split"], "split_compiled": runs[True]["split"],
+                       "compile_seconds": list(compile_seconds)}
+                compile_seconds.clear()
+                out["rows"].append(row)
+                shares = {k: {name: round(v, 3) for name, v in run["split"].items()}
+                          for k, run in (("eager", runs[False]), ("compiled", runs[True]))}
+                print(f"compile part: {env_name}, taskset -c {cores}: eager "
+                      f"{row['sps_eager']:,.0f} SPS, compiled {row['sps_compiled']:,.0f} SPS "
+                      f"(x{row['speedup']:.2f}); CPU-second SPS {row['cpu_sps_eager']:,.0f} / "
+                      f"{row['cpu_sps_compiled']:,.0f}; compile seconds per compiled run "
+                      f"{row['compile_seconds']}; time shares {shares}", flush=True)
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    out["load_average_after"] = os.getloadavg()
+    print(f"compile part: load average before {out['load_average_before']}, "
+          f"after {out['load_average_after']}", flush=True)
+    return out
+
+
 def gae_timing(shapes=((32, 32), (16, 4096), (128, 4096))) -> list[dict]:
     results = []
     rng = np.random.default_rng(0)
@@ -496,7 +552,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
     parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
-                                           "overlap", "split", "normalisers"], nargs="+")
+                                           "overlap", "split", "normalisers",
+                                           "compile"], nargs="+")
     parser.add_argument("--normaliser-updates", type=int, default=10)
     parser.add_argument("--normaliser-repeats", type=int, default=3)
     parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
@@ -511,6 +568,10 @@ def main(argv=None) -> int:
                         help="split part: taskset core lists to measure on")
     parser.add_argument("--split-device", default="cpu", choices=["cpu", "cuda"],
                         help="split part: the learner's device (train.device)")
+    parser.add_argument("--compile-cartpole-steps", type=int, default=4_000_000)
+    parser.add_argument("--compile-drone-steps", type=int, default=1_000_000)
+    parser.add_argument("--compile-repeats", type=int, default=2,
+                        help="compile part: keep the fastest of this many eager / compiled pairs")
     parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
     parser.add_argument("--drone-steps", type=int, default=8_000_000)
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
@@ -580,6 +641,9 @@ def main(argv=None) -> int:
                       f"{row['rollout_ms_off']:.2f} -> {row['rollout_ms_on']:.2f} CPU-ms, "
                       f"update {row['update_ms_off']:.2f} -> {row['update_ms_on']:.2f} CPU-ms",
                       flush=True)
+    if "compile" in parts:
+        results["compile"] = compile_part(args.compile_cartpole_steps, args.compile_drone_steps,
+                                          args.compile_repeats)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:
