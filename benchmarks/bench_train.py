@@ -49,14 +49,16 @@ Parts:
               --normaliser-updates updates x --normaliser-repeats trainers each,
               off and on interleaved). Not in the default set.
   compile     train.compile = true (torch.compile of the rollout step and the minibatch
-              loss, train/compiling.py) against eager, each pinned with `taskset -c 0`
-              and `taskset -c 0,1`, in one invocation (the fastest of --compile-repeats
-              back-to-back eager / compiled pairs): training SPS (compile excluded, as in
-              the trainer's own SPS), CPU-second SPS, the time split and the compile
-              seconds of every compiled run (the first one per env with an empty
-              inductor cache, cold; the others reuse its on-disk cache, warm), for the
-              CartPole throughput config that solves (THROUGHPUT_SOLVES) and the shipped
-              DroneSwarm config. Not in the default set.
+              loss, train/compiling.py) against eager: first the process CPU
+              milliseconds per update of collect / advantages / learn of each, in one
+              process; then each pinned with `taskset -c 0` and `taskset -c 0,1`, in
+              one invocation (the fastest of --compile-repeats back-to-back eager /
+              compiled pairs): training SPS (compile excluded, as in the trainer's own
+              SPS), CPU-second SPS, the time split and the compile seconds of every
+              compiled run (the first one per env with an empty inductor cache, cold;
+              the others reuse its on-disk cache, warm), for the CartPole throughput
+              config that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm
+              config. Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -344,13 +346,53 @@ def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
     return out
 
 
+def compile_cpu_split(env_name: str, updates: int) -> dict:
+    """Process CPU milliseconds per update of collect / advantages / learn, eager and
+    compiled, in one process each after one warm-up update (as cpu_split: other jobs'
+    load on the machine does not count), with the compile seconds."""
+    base = THROUGHPUT_SOLVES if env_name == "cartpole" else []
+    out = {"env": env_name}
+    for compile in (False, True):
+        config = load_config(env_name, overrides=[*base, ("train.total_steps", 10**9),
+                                                  ("train.compile", compile)])
+        trainer = Trainer(config)
+        try:
+            trainer.update()
+            totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0}
+            for _ in range(updates):
+                start = time.process_time()
+                trainer.collect()
+                collected = time.process_time()
+                trainer.advantages()
+                advantages = time.process_time()
+                trainer.learn()
+                learned = time.process_time()
+                for key, seconds in (("collect", collected - start),
+                                     ("advantages", advantages - collected),
+                                     ("learn", learned - advantages)):
+                    totals[key] += seconds * 1000 / updates
+            out["compiled" if compile else "eager"] = totals
+            if compile:
+                out["compile_seconds"] = trainer.compile_seconds
+        finally:
+            trainer.close()
+    out["speedup"] = sum(out["eager"].values()) / sum(out["compiled"].values())
+    return out
+
+
 def compile_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
                  core_sets=("0", "0,1")) -> dict:
     """train.compile false against true on the same cores, per env (see the module
-    docstring). The children share one fresh inductor cache directory, so each env's
+    docstring), after the CPU milliseconds per phase (compile_cpu_split). The children share one fresh inductor cache directory, so each env's
     first compiled run compiles cold and the later ones read that cache."""
     import tempfile
     out: dict = {"load_average_before": os.getloadavg(), "rows": []}
+    out["cpu_split"] = [compile_cpu_split("cartpole", 60), compile_cpu_split("drone_swarm", 8)]
+    for row in out["cpu_split"]:
+        print(f"compile part: {row['env']} CPU ms per update, one process: eager "
+              f"{ {k: round(v, 2) for k, v in row['eager'].items()} }, compiled "
+              f"{ {k: round(v, 2) for k, v in row['compiled'].items()} } "
+              f"(x{row['speedup']:.2f}; compiled in {row['compile_seconds']:.1f} s)", flush=True)
     with tempfile.TemporaryDirectory() as cache:
         os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
         for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
