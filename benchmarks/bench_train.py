@@ -223,6 +223,18 @@ def data_parallel_rows(cartpole_steps: int, drone_steps: int, repeats: int = 1) 
     return rows
 
 
+def phase_milliseconds(updates: int, phases) -> dict:
+    """Process CPU milliseconds per update of each (name, call) of `phases`, called in
+    order `updates` times."""
+    totals = {name: 0.0 for name, _ in phases}
+    for _ in range(updates):
+        for name, call in phases:
+            start = time.process_time()
+            call()
+            totals[name] += (time.process_time() - start) * 1000 / updates
+    return totals
+
+
 def cpu_split(env_name: str, updates: int) -> dict:
     """Process CPU milliseconds per update of each half, in one process (so the
     other engineers' load on the machine does not count): the synchronous
@@ -234,26 +246,16 @@ def cpu_split(env_name: str, updates: int) -> dict:
     trainer = Trainer(config)
     try:
         trainer.update()
-        totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0, "overlap_advantages": 0.0}
         from peregrine.train.overlap import OverlapTrainer
-        for _ in range(updates):
-            start = time.process_time()
-            trainer.collect()
-            collected = time.process_time()
-            trainer.advantages()
-            advantages = time.process_time()
+
+        def overlap_advantages():
             # The overlap learner's correction on the same rollout (it overwrites values,
             # advantages and returns, which learn() then uses: timing only).
             trainer.last_inputs = [trainer.pipeline.current()] * 2
             OverlapTrainer.advantages(trainer)
-            corrected = time.process_time()
-            trainer.learn()
-            learned = time.process_time()
-            for key, seconds in (("collect", collected - start),
-                                 ("advantages", advantages - collected),
-                                 ("overlap_advantages", corrected - advantages),
-                                 ("learn", learned - corrected)):
-                totals[key] += seconds * 1000 / updates
+        totals = phase_milliseconds(updates, [
+            ("collect", trainer.collect), ("advantages", trainer.advantages),
+            ("overlap_advantages", overlap_advantages), ("learn", trainer.learn)])
         sync = totals["collect"] + totals["advantages"] + totals["learn"]
         learner = totals["overlap_advantages"] + totals["learn"]
         return {"env": env_name, "samples_per_update": trainer.batch_size,
@@ -358,20 +360,9 @@ def compile_cpu_split(env_name: str, updates: int) -> dict:
         trainer = Trainer(config)
         try:
             trainer.update()
-            totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0}
-            for _ in range(updates):
-                start = time.process_time()
-                trainer.collect()
-                collected = time.process_time()
-                trainer.advantages()
-                advantages = time.process_time()
-                trainer.learn()
-                learned = time.process_time()
-                for key, seconds in (("collect", collected - start),
-                                     ("advantages", advantages - collected),
-                                     ("learn", learned - advantages)):
-                    totals[key] += seconds * 1000 / updates
-            out["compiled" if compile else "eager"] = totals
+            out["compiled" if compile else "eager"] = phase_milliseconds(updates, [
+                ("collect", trainer.collect), ("advantages", trainer.advantages),
+                ("learn", trainer.learn)])
             if compile:
                 out["compile_seconds"] = trainer.compile_seconds
         finally:

@@ -84,39 +84,32 @@ def bootstrap_truncated(trainer, pipeline, storage, step: int, state) -> None:
     pipeline.bootstrap(storage, step, value, trainer.config.train.gamma)
 
 
-def eager_policy_step(policy, autocast):
+def policy_step(policy, autocast, compilable: bool = False):
     """The rollout's per-step policy work, `step(observations, state, starts,
-    generator, mask) -> (actions, log-probs, values, new state)`: the forward
-    (under `autocast`), then sampling in fp32 from the trainer's generator."""
-    def step(observations, state, starts, generator, mask):
+    randomness, mask) -> (actions, log-probs, values, new state)`: the forward
+    (under `autocast`), then sampling in fp32. `randomness` is the trainer's
+    generator, or with `compilable` the numbers `policy.draw` drew from it
+    (`Policy.sample_from`): a function of tensors only, which train.compile
+    compiles (compiling.py)."""
+    sample = policy.sample_from if compilable else policy.sample
+
+    def step(observations, state, starts, randomness, mask):
         with autocast:
             params, values, state = policy.heads(observations, state, starts)
-        actions, logprobs = policy.sample(params.float(), generator, mask)
-        return actions, logprobs, values, state
-    return step
-
-
-def drawn_policy_step(policy, autocast):
-    """`eager_policy_step`'s work with the random numbers as an input, `step(
-    observations, noise, mask, state, starts)` with `noise` from `policy.draw`:
-    a function of tensors only, the one train.compile compiles (compiling.py)."""
-    def step(observations, noise, mask, state, starts):
-        with autocast:
-            params, values, state = policy.heads(observations, state, starts)
-        actions, logprobs = policy.sample_from(params.float(), noise, mask)
+        actions, logprobs = sample(params.float(), randomness, mask)
         return actions, logprobs, values, state
     return step
 
 
 def with_drawn_noise(policy, compiled_step):
-    """A compiled `drawn_policy_step` behind `eager_policy_step`'s signature: the
-    numbers are drawn eagerly from the generator (the same draws, in the same
-    order, as the eager step makes), then the compiled step runs."""
+    """A compiled compilable `policy_step` that takes the generator: the numbers
+    are drawn eagerly (the same draws, in the same order, as the eager step
+    makes), then the compiled step runs."""
     draw = policy.draw
 
     def step(observations, state, starts, generator, mask):
         noise = draw(observations.shape[0], generator, observations.device)
-        return compiled_step(observations, noise, mask, state, starts)
+        return compiled_step(observations, state, starts, noise, mask)
     return step
 
 

@@ -1,7 +1,7 @@
 """torch.compile of the trainer's two hot functions (`train.compile = true`, opt-in).
 
 * The rollout step: the policy forward and sampling
-  (`collect.drawn_policy_step`). torch.compile cannot take a `torch.Generator`,
+  (`collect.policy_step`). torch.compile cannot take a `torch.Generator`,
   so the step's random numbers are drawn eagerly (`Policy.draw`) and passed in:
   a seed draws the same numbers, in the same order, as on the eager path.
 * The minibatch loss: the policy's evaluation and `loss.ppo_loss`, whose
@@ -61,8 +61,16 @@ def unavailable_reason(device: torch.device) -> str | None:
 
 def compile_function(function, device: torch.device):
     """`function` wrapped by torch.compile for `device` (module docstring: modes)."""
-    mode = "reduce-overhead" if device.type == "cuda" else None
-    return torch.compile(function, fullgraph=True, dynamic=False, mode=mode)
+    if device.type != "cuda":
+        return torch.compile(function, fullgraph=True, dynamic=False)
+    graphed = torch.compile(function, fullgraph=True, dynamic=False, mode="reduce-overhead")
+
+    def call(*args):
+        # Each call is its own CUDA-graph step: its outputs are copied out (storage,
+        # loss statistics) before the next call replays over their memory.
+        torch.compiler.cudagraph_mark_step_begin()
+        return graphed(*args)
+    return call
 
 
 def warn_eager(reason: str) -> None:

@@ -68,8 +68,7 @@ import torch
 
 from . import compiling, environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
-from .collect import (SplitCollector, SyncCollector, drawn_policy_step, eager_policy_step,
-                      with_drawn_noise)
+from .collect import SplitCollector, SyncCollector, policy_step, with_drawn_noise
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -211,7 +210,7 @@ class Trainer:
         self.lstm_state = policy.initial_state(rows, device)
         # The rollout's per-step policy work and the minibatch loss: eager, or compiled
         # here once (train.compile, compiling.py); the loops call whichever was chosen.
-        self.policy_step = eager_policy_step(policy, self.autocast)
+        self.policy_step = policy_step(policy, self.autocast)
         self._minibatch_loss = self._eager_loss
         self.compiled = False
         self.compile_seconds = 0.0      # excluded from `elapsed` and the time split
@@ -245,7 +244,7 @@ class Trainer:
         start = time.perf_counter()
         policy, storage = self.policy, self.storage
         step = with_drawn_noise(policy, compiling.compile_function(
-            drawn_policy_step(policy, self.autocast), self.device))
+            policy_step(policy, self.autocast, compilable=True), self.device))
         loss = compiling.compile_function(
             lambda batch: self._eager_loss(batch, 0.0, True), self.device)
         # A throwaway generator: the warm-up must not move the trainer's draws.
