@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 import torch
+from gymnasium import spaces
 
 from peregrine.train.config import load_config
 from peregrine.train.ppo import Trainer
@@ -49,6 +51,25 @@ def test_unsupported_combinations_are_refused_by_name(key, value, named):
         load_config("cartpole", overrides=[("train.compile", True), ("vec.split", 2)])
     with pytest.raises(ValueError, match="train.compile"):
         load_config("cartpole", overrides=[("train.compile", "sometimes")])
+
+
+@pytest.mark.parametrize("action_space", [
+    spaces.Discrete(5), spaces.MultiDiscrete([3, 4, 2]), spaces.Box(-1, 1, (3,), np.float32)])
+def test_drawn_numbers_give_the_samples_of_the_generator(action_space):
+    """The compiled step samples from `Policy.draw`'s numbers (`sample_from`): the same
+    actions and log-probs as `sample` drawing from a generator with the same state."""
+    from peregrine.train.policy import Policy
+    policy = Policy(spaces.Box(-1, 1, (4,), np.float32), action_space,
+                    load_config("cartpole").policy)
+    params = torch.randn(64, policy.action_dim) * 3
+    mask = torch.rand(64, 5) < 0.5 if isinstance(action_space, spaces.Discrete) else None
+    if mask is not None:
+        mask[:, 0] = True
+    drawn = policy.draw(64, torch.Generator().manual_seed(3), params.device)
+    want = policy.sample(params, torch.Generator().manual_seed(3), mask)
+    got = policy.sample_from(params, drawn, mask)
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("env, overrides, tolerance", [

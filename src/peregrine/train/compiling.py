@@ -35,9 +35,13 @@ error), the trainer warns once, naming why, and trains eagerly.
 from __future__ import annotations
 
 import sys
+import time
 import warnings
+from typing import NamedTuple
 
 import torch
+
+from .collect import policy_step, with_drawn_noise
 
 
 def unavailable_reason(device: torch.device) -> str | None:
@@ -75,7 +79,7 @@ def compile_function(function, device: torch.device):
 
 def warn_eager(reason: str) -> None:
     warnings.warn(f"train.compile = true but torch.compile is unavailable: {reason}; "
-                  f"training eagerly", RuntimeWarning, stacklevel=3)
+                  f"training eagerly", RuntimeWarning, stacklevel=4)
 
 
 class ShapeRouted:
@@ -89,3 +93,49 @@ class ShapeRouted:
         if batch["advantages"].shape[0] == self.size:
             return self.compiled(batch)
         return self.eager(batch, teacher_weight, record)
+
+
+class Compiled(NamedTuple):
+    policy_step: object     # collect.policy_step's signature, compiled inside
+    loss: ShapeRouted       # Trainer._eager_loss's signature
+    seconds: float          # compile time (the warm-up calls)
+
+
+def compile_trainer(trainer) -> Compiled | None:
+    """The trainer's rollout step and minibatch loss compiled, each run once on the
+    zero-filled storage so the compile happens now (timed); None, after one warning
+    naming why, where torch.compile cannot run. The trainer's generator, weights,
+    gradients and optimizer state are left as they were."""
+    if trainer.dist is not None or trainer.kickstarter is not None:
+        what = "several ranks" if trainer.dist is not None else "a teacher (kickstarting)"
+        raise ValueError(f"train.compile = true is not available with {what} yet; "
+                         f"set train.compile = false")
+    device, policy, storage = trainer.device, trainer.policy, trainer.storage
+    reason = unavailable_reason(device)
+    if reason is not None:
+        warn_eager(reason)
+        return None
+    if trainer.config.train.deterministic:
+        # The public call also sets inductor's own flag (torch_startup.py skips it).
+        torch.use_deterministic_algorithms(True, warn_only=True)
+    start = time.perf_counter()
+    step = with_drawn_noise(policy, compile_function(
+        policy_step(policy, trainer.autocast, compilable=True), device))
+    eager_loss = trainer._eager_loss
+    loss = compile_function(lambda batch: eager_loss(batch, 0.0, True), device)
+    generator = torch.Generator(device=device)   # throwaway: the trainer's draws stay put
+    try:
+        with torch.no_grad():               # as in the rollout (a grad-mode guard)
+            step(storage.obs[0], trainer.lstm_state, trainer.next_starts, generator,
+                 storage.step_mask(0))
+        epoch = next(iter(storage.flat_minibatches(trainer.config.train.minibatch_size, 1,
+                                                   generator)))
+        batch, _ = next(epoch)
+        loss(batch)[0].backward()           # compiles the backward too
+    except Exception as error:  # noqa: BLE001 - any compile failure falls back, named
+        warn_eager(f"compiling failed with {type(error).__name__}: {error}")
+        return None
+    finally:
+        trainer.optimizer.zero_grad(set_to_none=True)
+    return Compiled(step, ShapeRouted(loss, eager_loss, batch["advantages"].shape[0]),
+                    time.perf_counter() - start)

@@ -35,6 +35,9 @@ Three env paths, chosen once at construction (the other parts are the same):
   memory with non-blocking copies).
 `train.precision = "bf16"` runs every policy forward (rollout and learning)
 under autocast; weights, optimizer state, stored values and losses stay fp32.
+`train.compile = true` replaces the rollout's policy step and the minibatch
+loss with torch.compile'd ones, compiled here once (compiling.py); the loops
+call whichever was chosen.
 
 Memory: nothing is copied per step beyond the observation row block into
 storage (and, with vec.split on CUDA, the env outputs into pinned staging).
@@ -68,7 +71,7 @@ import torch
 
 from . import compiling, environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
-from .collect import SplitCollector, SyncCollector, policy_step, with_drawn_noise
+from .collect import SplitCollector, SyncCollector, policy_step
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -212,10 +215,12 @@ class Trainer:
         # here once (train.compile, compiling.py); the loops call whichever was chosen.
         self.policy_step = policy_step(policy, self.autocast)
         self._minibatch_loss = self._eager_loss
-        self.compiled = False
-        self.compile_seconds = 0.0      # excluded from `elapsed` and the time split
-        if t.compile:
-            self._compile()
+        compiled = compiling.compile_trainer(self) if t.compile else None
+        self.compiled = compiled is not None
+        # Spent here, before the first update: outside `elapsed` and the time split.
+        self.compile_seconds = 0.0 if compiled is None else compiled.seconds
+        if compiled is not None:
+            self.policy_step, self._minibatch_loss = compiled.policy_step, compiled.loss
 
         self.global_step = 0
         self.updates = 0
@@ -225,48 +230,6 @@ class Trainer:
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
-
-    def _compile(self) -> None:
-        """Compiles the rollout step and the minibatch loss and runs each once on the
-        zero-filled storage (the compile happens here, timed as `compile_seconds`);
-        warns and stays eager where torch.compile cannot run (compiling.py)."""
-        if self.dist is not None or self.kickstarter is not None:
-            what = "several ranks" if self.dist is not None else "a teacher (kickstarting)"
-            raise ValueError(f"train.compile = true is not available with {what} yet; "
-                             f"set train.compile = false")
-        reason = compiling.unavailable_reason(self.device)
-        if reason is not None:
-            compiling.warn_eager(reason)
-            return
-        if self.config.train.deterministic:
-            # The public call also sets inductor's own flag (torch_startup.py skips it).
-            torch.use_deterministic_algorithms(True, warn_only=True)
-        start = time.perf_counter()
-        policy, storage = self.policy, self.storage
-        step = with_drawn_noise(policy, compiling.compile_function(
-            policy_step(policy, self.autocast, compilable=True), self.device))
-        loss = compiling.compile_function(
-            lambda batch: self._eager_loss(batch, 0.0, True), self.device)
-        # A throwaway generator: the warm-up must not move the trainer's draws.
-        generator = torch.Generator(device=self.device)
-        try:
-            with torch.no_grad():
-                step(storage.obs[0], self.lstm_state, self.next_starts, generator,
-                     storage.step_mask(0))
-            epoch = next(iter(storage.flat_minibatches(self.config.train.minibatch_size, 1,
-                                                       generator)))
-            batch, _ = next(epoch)
-            loss(batch)[0].backward()   # compiles the backward too
-        except Exception as error:  # noqa: BLE001 - any compile failure falls back, named
-            compiling.warn_eager(f"compiling failed with {type(error).__name__}: {error}")
-            return
-        finally:
-            self.optimizer.zero_grad(set_to_none=True)
-        self.policy_step = step
-        self._minibatch_loss = compiling.ShapeRouted(loss, self._eager_loss,
-                                                     batch["advantages"].shape[0])
-        self.compiled = True
-        self.compile_seconds = time.perf_counter() - start
 
     def _env_seed(self, seed: int) -> int:
         """dist hook: the seed this process's env batch gets where one process gives `seed`."""
