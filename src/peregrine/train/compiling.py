@@ -21,6 +21,13 @@ weights and the optimizer state are untouched). That compile time is
 `Trainer.compile_seconds`, reported as `compile_seconds` in every update's
 record and excluded from the updates' time split and SPS.
 
+Dynamo keeps its compiled code per function: a later trainer in the same
+process with the same shapes and settings reuses it (its compile_seconds is
+near 0), and one that differs compiles its own version. Past
+`torch._dynamo.config.recompile_limit` versions (8 by default) Dynamo refuses
+to compile (with fullgraph): that trainer's warm-up fails and it trains eagerly,
+with the warning.
+
 Modes: the default inductor mode on the CPU (C++ kernels, so a C++ compiler is
 needed), `mode="reduce-overhead"` (CUDA graphs) on CUDA. The CUDA mode has not
 been run on a GPU yet.
