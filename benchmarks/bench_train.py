@@ -5,6 +5,7 @@
     .venv/bin/python benchmarks/bench_train.py --only throughput --json out.json
     .venv/bin/python benchmarks/bench_train.py --only overlap --seeds 1 2 3 4 5
     .venv/bin/python benchmarks/bench_train.py --only split
+    .venv/bin/python benchmarks/bench_train.py --only compile
 
 Parts:
   solve       the shipped CartPole config on each seed until the mean return of
@@ -47,6 +48,17 @@ Parts:
               config, THROUGHPUT and the shipped DroneSwarm config (the least of
               --normaliser-updates updates x --normaliser-repeats trainers each,
               off and on interleaved). Not in the default set.
+  compile     train.compile = true (torch.compile of the rollout step and the minibatch
+              loss, train/compiling.py) against eager: first the process CPU
+              milliseconds per update of collect / advantages / learn of each, in one
+              process; then each pinned with `taskset -c 0` and `taskset -c 0,1`, in
+              one invocation (the fastest of --compile-repeats back-to-back eager /
+              compiled pairs): training SPS (compile excluded, as in the trainer's own
+              SPS), CPU-second SPS, the time split and the compile seconds of every
+              compiled run (the first one per env with an empty inductor cache, cold;
+              the others reuse its on-disk cache, warm), for the CartPole throughput
+              config that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm
+              config. Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -155,7 +167,8 @@ def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPU
                 "cpu_sps": (trainer.global_step - start_steps) / (trainer.cpu_seconds - start_cpu),
                 "sps": (trainer.global_step - start_steps) / seconds,
                 "split": {k: v / total for k, v in split.items()},
-                "recent_return": trainer.recent_return()}
+                "recent_return": trainer.recent_return(),
+                "compiled": trainer.compiled, "compile_seconds": trainer.compile_seconds}
     finally:
         trainer.close()
 
@@ -210,6 +223,18 @@ def data_parallel_rows(cartpole_steps: int, drone_steps: int, repeats: int = 1) 
     return rows
 
 
+def phase_milliseconds(updates: int, phases) -> dict:
+    """Process CPU milliseconds per update of each (name, call) of `phases`, called in
+    order `updates` times."""
+    totals = {name: 0.0 for name, _ in phases}
+    for _ in range(updates):
+        for name, call in phases:
+            start = time.process_time()
+            call()
+            totals[name] += (time.process_time() - start) * 1000 / updates
+    return totals
+
+
 def cpu_split(env_name: str, updates: int) -> dict:
     """Process CPU milliseconds per update of each half, in one process (so the
     other engineers' load on the machine does not count): the synchronous
@@ -221,26 +246,16 @@ def cpu_split(env_name: str, updates: int) -> dict:
     trainer = Trainer(config)
     try:
         trainer.update()
-        totals = {"collect": 0.0, "advantages": 0.0, "learn": 0.0, "overlap_advantages": 0.0}
         from peregrine.train.overlap import OverlapTrainer
-        for _ in range(updates):
-            start = time.process_time()
-            trainer.collect()
-            collected = time.process_time()
-            trainer.advantages()
-            advantages = time.process_time()
+
+        def overlap_advantages():
             # The overlap learner's correction on the same rollout (it overwrites values,
             # advantages and returns, which learn() then uses: timing only).
             trainer.last_inputs = [trainer.pipeline.current()] * 2
             OverlapTrainer.advantages(trainer)
-            corrected = time.process_time()
-            trainer.learn()
-            learned = time.process_time()
-            for key, seconds in (("collect", collected - start),
-                                 ("advantages", advantages - collected),
-                                 ("overlap_advantages", corrected - advantages),
-                                 ("learn", learned - corrected)):
-                totals[key] += seconds * 1000 / updates
+        totals = phase_milliseconds(updates, [
+            ("collect", trainer.collect), ("advantages", trainer.advantages),
+            ("overlap_advantages", overlap_advantages), ("learn", trainer.learn)])
         sync = totals["collect"] + totals["advantages"] + totals["learn"]
         learner = totals["overlap_advantages"] + totals["learn"]
         return {"env": env_name, "samples_per_update": trainer.batch_size,
@@ -329,6 +344,80 @@ def split_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
                   f"time shares {shares}", flush=True)
     out["load_average_after"] = os.getloadavg()
     print(f"split part: load average before {out['load_average_before']}, "
+          f"after {out['load_average_after']}", flush=True)
+    return out
+
+
+def compile_cpu_split(env_name: str, updates: int) -> dict:
+    """Process CPU milliseconds per update of collect / advantages / learn, eager and
+    compiled, in one process each after one warm-up update (as cpu_split: other jobs'
+    load on the machine does not count), with the compile seconds."""
+    base = THROUGHPUT_SOLVES if env_name == "cartpole" else []
+    out = {"env": env_name}
+    for compile in (False, True):
+        config = load_config(env_name, overrides=[*base, ("train.total_steps", 10**9),
+                                                  ("train.compile", compile)])
+        trainer = Trainer(config)
+        try:
+            trainer.update()
+            out["compiled" if compile else "eager"] = phase_milliseconds(updates, [
+                ("collect", trainer.collect), ("advantages", trainer.advantages),
+                ("learn", trainer.learn)])
+            if compile:
+                out["compile_seconds"] = trainer.compile_seconds
+        finally:
+            trainer.close()
+    out["speedup"] = sum(out["eager"].values()) / sum(out["compiled"].values())
+    return out
+
+
+def compile_part(cartpole_steps: int, drone_steps: int, repeats: int = 2,
+                 core_sets=("0", "0,1")) -> dict:
+    """train.compile false against true on the same cores, per env (see the module
+    docstring), after the CPU milliseconds per phase (compile_cpu_split). The children share one fresh inductor cache directory, so each env's
+    first compiled run compiles cold and the later ones read that cache."""
+    import tempfile
+    out: dict = {"load_average_before": os.getloadavg(), "rows": []}
+    out["cpu_split"] = [compile_cpu_split("cartpole", 60), compile_cpu_split("drone_swarm", 8)]
+    for row in out["cpu_split"]:
+        print(f"compile part: {row['env']} CPU ms per update, one process: eager "
+              f"{ {k: round(v, 2) for k, v in row['eager'].items()} }, compiled "
+              f"{ {k: round(v, 2) for k, v in row['compiled'].items()} } "
+              f"(x{row['speedup']:.2f}; compiled in {row['compile_seconds']:.1f} s)", flush=True)
+    with tempfile.TemporaryDirectory() as cache:
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache
+        for env_name, steps in (("cartpole", cartpole_steps), ("drone_swarm", drone_steps)):
+            compile_seconds = []
+
+            def pair(cores):
+                runs = {compile: pinned_throughput(cores, env_name, steps,
+                                                   [("train.compile", compile)])
+                        for compile in (False, True)}
+                if not runs[True]["compiled"]:
+                    raise RuntimeError("train.compile fell back to eager; see its warning")
+                compile_seconds.append(round(runs[True]["compile_seconds"], 2))
+                return runs
+            for cores in core_sets:
+                runs = best_of(repeats, lambda: pair(cores))
+                row = {"env": env_name, "cores": cores,
+                       "sps_eager": runs[False]["sps"], "sps_compiled": runs[True]["sps"],
+                       "cpu_sps_eager": runs[False]["cpu_sps"],
+                       "cpu_sps_compiled": runs[True]["cpu_sps"],
+                       "speedup": runs[True]["sps"] / runs[False]["sps"],
+                       "split_eager": runs[False]["split"], "split_compiled": runs[True]["split"],
+                       "compile_seconds": list(compile_seconds)}
+                compile_seconds.clear()
+                out["rows"].append(row)
+                shares = {k: {name: round(v, 3) for name, v in run["split"].items()}
+                          for k, run in (("eager", runs[False]), ("compiled", runs[True]))}
+                print(f"compile part: {env_name}, taskset -c {cores}: eager "
+                      f"{row['sps_eager']:,.0f} SPS, compiled {row['sps_compiled']:,.0f} SPS "
+                      f"(x{row['speedup']:.2f}); CPU-second SPS {row['cpu_sps_eager']:,.0f} / "
+                      f"{row['cpu_sps_compiled']:,.0f}; compile seconds per compiled run "
+                      f"{row['compile_seconds']}; time shares {shares}", flush=True)
+        del os.environ["TORCHINDUCTOR_CACHE_DIR"]
+    out["load_average_after"] = os.getloadavg()
+    print(f"compile part: load average before {out['load_average_before']}, "
           f"after {out['load_average_after']}", flush=True)
     return out
 
@@ -496,7 +585,8 @@ def main(argv=None) -> int:
     parser.add_argument("--cap", type=int, default=200_000, help="step cap per solve run")
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
     parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
-                                           "overlap", "split", "normalisers"], nargs="+")
+                                           "overlap", "split", "normalisers",
+                                           "compile"], nargs="+")
     parser.add_argument("--normaliser-updates", type=int, default=10)
     parser.add_argument("--normaliser-repeats", type=int, default=3)
     parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
@@ -511,6 +601,10 @@ def main(argv=None) -> int:
                         help="split part: taskset core lists to measure on")
     parser.add_argument("--split-device", default="cpu", choices=["cpu", "cuda"],
                         help="split part: the learner's device (train.device)")
+    parser.add_argument("--compile-cartpole-steps", type=int, default=4_000_000)
+    parser.add_argument("--compile-drone-steps", type=int, default=1_000_000)
+    parser.add_argument("--compile-repeats", type=int, default=2,
+                        help="compile part: keep the fastest of this many eager / compiled pairs")
     parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
     parser.add_argument("--drone-steps", type=int, default=8_000_000)
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
@@ -580,6 +674,9 @@ def main(argv=None) -> int:
                       f"{row['rollout_ms_off']:.2f} -> {row['rollout_ms_on']:.2f} CPU-ms, "
                       f"update {row['update_ms_off']:.2f} -> {row['update_ms_on']:.2f} CPU-ms",
                       flush=True)
+    if "compile" in parts:
+        results["compile"] = compile_part(args.compile_cartpole_steps, args.compile_drone_steps,
+                                          args.compile_repeats)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

@@ -84,6 +84,35 @@ def bootstrap_truncated(trainer, pipeline, storage, step: int, state) -> None:
     pipeline.bootstrap(storage, step, value, trainer.config.train.gamma)
 
 
+def policy_step(policy, autocast, compilable: bool = False):
+    """The rollout's per-step policy work, `step(observations, state, starts,
+    randomness, mask) -> (actions, log-probs, values, new state)`: the forward
+    (under `autocast`), then sampling in fp32. `randomness` is the trainer's
+    generator, or with `compilable` the numbers `policy.draw` drew from it
+    (`Policy.sample_from`): a function of tensors only, which train.compile
+    compiles (compiling.py)."""
+    sample = policy.sample_from if compilable else policy.sample
+
+    def step(observations, state, starts, randomness, mask):
+        with autocast:
+            params, values, state = policy.heads(observations, state, starts)
+        actions, logprobs = sample(params.float(), randomness, mask)
+        return actions, logprobs, values, state
+    return step
+
+
+def with_drawn_noise(policy, compiled_step):
+    """A compiled compilable `policy_step` that takes the generator: the numbers
+    are drawn eagerly (the same draws, in the same order, as the eager step
+    makes), then the compiled step runs."""
+    draw = policy.draw
+
+    def step(observations, state, starts, generator, mask):
+        noise = draw(observations.shape[0], generator, observations.device)
+        return compiled_step(observations, state, starts, noise, mask)
+    return step
+
+
 class SyncCollector:
     """Every row at once, the env stepped in this thread (module docstring)."""
 
@@ -101,14 +130,14 @@ class SyncCollector:
         observe = self._observer(trainer)
         remember = storage.record_state if policy.use_lstm else _no_state
         actions_np, clock, generator = self.actions.array, self.clock, trainer.generator
+        act = trainer.policy_step
         state, starts = trainer.lstm_state, trainer.next_starts
         clock.restart()
         for step in range(trainer.horizon):
             observe(step)                     # policy input, live rows, masks, teacher labels
             remember(step, state, starts)     # recurrent: episode starts, segment states
-            with trainer.autocast:
-                params, values, state = policy.heads(storage.obs[step], state, starts)
-            actions, logprobs = policy.sample(params.float(), generator, storage.step_mask(step))
+            actions, logprobs, values, state = act(storage.obs[step], state, starts, generator,
+                                                   storage.step_mask(step))
             storage.record(step, actions, logprobs, values)
             self.actions.write(actions)
             clock.start()
@@ -255,7 +284,7 @@ class SplitCollector:
     def collect(self, trainer) -> float:
         """`horizon` steps of every row into `trainer.storage`; returns the seconds
         this thread waited for env steps."""
-        policy, generator, autocast = trainer.policy, trainer.generator, trainer.autocast
+        policy, generator, act = trainer.policy, trainer.generator, trainer.policy_step
         halves, horizon = self.halves, trainer.horizon
         blocks = [trainer.storage.row_block(half.begin, half.end) for half in halves]
         remember = [block.record_state if policy.use_lstm else _no_state for block in blocks]
@@ -280,11 +309,8 @@ class SplitCollector:
                         starts[h] = block.dones[step - 1]
                     half.pipeline.observe(block, step)
                     remember[h](step, states[h], starts[h])
-                    with autocast:
-                        params, values, states[h] = policy.heads(block.obs[step], states[h],
-                                                                 starts[h])
-                    actions, logprobs = policy.sample(params.float(), generator,
-                                                      block.step_mask(step))
+                    actions, logprobs, values, states[h] = act(
+                        block.obs[step], states[h], starts[h], generator, block.step_mask(step))
                     block.record(step, actions, logprobs, values)
                     half.actions.write(actions)
                     self.pending[h] = self.worker.submit(half.step)

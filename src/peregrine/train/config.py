@@ -90,6 +90,9 @@ class TrainConfig:
     dist_backend: str = "auto"       # torch.distributed backend with several ranks (torchrun,
     #                                  --nproc): "auto" = nccl on CUDA, gloo on CPU
     dist_timeout: float = 60.0       # seconds a collective may wait for a missing rank
+    compile: bool = False            # torch.compile the rollout's forward + sampling and the
+    #                                  minibatch loss + backward, once at construction
+    #                                  (CUDA graphs on cuda; MLP policies; train/compiling.py)
     overlap: bool = False            # an actor process collects rollout k+1 (env + forward)
     #                                  while this process learns on rollout k: a one-update
     #                                  policy lag, corrected in the advantages (overlap.py)
@@ -372,6 +375,13 @@ def validate(config: Config) -> None:
             raise ValueError(f"train.overlap = true does not support "
                              f"{', '.join(name for name, _ in unsupported)} yet; turn those off "
                              f"or train.overlap off")
+    if t.compile:
+        unsupported = [name for name, value in (
+            ("policy.lstm", p.lstm), ("train.teacher", t.teacher),
+            ("train.overlap", t.overlap), ("vec.split = 2", v.split > 1)) if value]
+        if unsupported:
+            raise ValueError(f"train.compile = true does not support {', '.join(unsupported)} "
+                             f"(compiling.py says why); turn those off or train.compile off")
     if v.split not in (1, 2):
         raise ValueError(f"vec.split must be 1 or 2, got {v.split}")
     if v.split > 1:

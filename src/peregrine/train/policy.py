@@ -227,27 +227,56 @@ class Policy(nn.Module):
         """(actions, log-probs) drawn from the head's distribution. `mask` (Discrete
         only, bool [rows, n]) marks valid actions; the others get probability 0."""
         if self.action_kind == "box":
+            return self.sample_from(params, self.draw(params.shape[0], generator, params.device))
+        return self._categoricals(
+            params, mask, lambda logits, _: self._sample_categorical(logits, generator))
+
+    def draw(self, rows: int, generator, device) -> torch.Tensor:
+        """The random numbers one `sample` of `rows` rows consumes, drawn from
+        `generator` in the same order: standard normals [rows, action_dim] (Box), or
+        one uniform per row and categorical [rows, components]. With `sample_from`
+        it lets a compiled rollout step (torch.compile cannot take a Generator) use
+        exactly the eager path's draws."""
+        if self.action_kind == "box":
+            return torch.randn((rows, self.action_dim), generator=generator, device=device)
+        # One [rows, 1] draw per component, in component order, as `sample` draws
+        # them (a single [rows, k] draw would assign the numbers differently).
+        uniforms = [torch.rand(rows, 1, generator=generator, device=device) for _ in self.nvec]
+        return uniforms[0] if len(uniforms) == 1 else torch.cat(uniforms, 1)
+
+    def sample_from(self, params, noise, mask=None):
+        """`sample` with its random numbers given (`noise`, from `draw`): no Generator."""
+        if self.action_kind == "box":
             std = self.log_std.exp()
-            noise = torch.randn(params.shape, generator=generator, device=params.device)
             actions = params + std * noise
             logprob = (-0.5 * noise.square() - self.log_std - 0.5 * LOG_2PI).sum(-1)
             return actions, logprob
+        return self._categoricals(
+            params, mask, lambda logits, i: self._categorical_from(logits, noise[:, i:i + 1]))
+
+    def _categoricals(self, params, mask, categorical):
+        """Discrete / MultiDiscrete sampling, `categorical(logits, component)` giving
+        one component's (actions, log-probs)."""
         if self.action_kind == "discrete":
-            return self._sample_categorical(mask_logits(params, mask), generator)
+            return categorical(mask_logits(params, mask), 0)
         actions, logprobs = [], 0
-        for logits in params.split(self.nvec, dim=-1):
-            a, lp = self._sample_categorical(logits, generator)
+        for i, logits in enumerate(params.split(self.nvec, dim=-1)):
+            a, lp = categorical(logits, i)
             actions.append(a)
             logprobs = logprobs + lp
         return torch.stack(actions, dim=-1), logprobs
 
     @staticmethod
     def _sample_categorical(logits, generator):
+        uniform = torch.rand(logits.shape[0], 1, generator=generator, device=logits.device)
+        return Policy._categorical_from(logits, uniform)
+
+    @staticmethod
+    def _categorical_from(logits, uniform):
         # Inverse CDF with one uniform per row: cheaper than Gumbel-max (one
         # draw instead of n) and than torch.multinomial for small n.
         log_probs = torch.log_softmax(logits, dim=-1)
         cdf = log_probs.exp().cumsum(-1)
-        uniform = torch.rand(logits.shape[0], 1, generator=generator, device=logits.device)
         actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
         return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 

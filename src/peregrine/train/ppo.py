@@ -35,6 +35,9 @@ Three env paths, chosen once at construction (the other parts are the same):
   memory with non-blocking copies).
 `train.precision = "bf16"` runs every policy forward (rollout and learning)
 under autocast; weights, optimizer state, stored values and losses stay fp32.
+`train.compile = true` replaces the rollout's policy step and the minibatch
+loss with torch.compile'd ones, compiled here once (compiling.py); the loops
+call whichever was chosen.
 
 Memory: nothing is copied per step beyond the observation row block into
 storage (and, with vec.split on CUDA, the env outputs into pinned staging).
@@ -66,9 +69,9 @@ from collections import deque
 
 import torch
 
-from . import environment, torch_startup
+from . import compiling, environment, torch_startup
 from .advantages import compute_gae  # noqa: F401 (part of this module's API)
-from .collect import SplitCollector, SyncCollector
+from .collect import SplitCollector, SyncCollector, policy_step
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -208,6 +211,16 @@ class Trainer:
         self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
         self.no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
         self.lstm_state = policy.initial_state(rows, device)
+        # The rollout's per-step policy work and the minibatch loss: eager, or compiled
+        # here once (train.compile, compiling.py); the loops call whichever was chosen.
+        self.policy_step = policy_step(policy, self.autocast)
+        self._minibatch_loss = self._eager_loss
+        compiled = compiling.compile_trainer(self) if t.compile else None
+        self.compiled = compiled is not None
+        # Spent here, before the first update: outside `elapsed` and the time split.
+        self.compile_seconds = 0.0 if compiled is None else compiled.seconds
+        if compiled is not None:
+            self.policy_step, self._minibatch_loss = compiled.policy_step, compiled.loss
 
         self.global_step = 0
         self.updates = 0
@@ -337,8 +350,7 @@ class Trainer:
     def _gradient_step(self, batch, teacher_weight: float = 0.0, record: bool = True):
         """One Adam step on a minibatch; with `record`, returns its LossStats."""
         t = self.config.train
-        evaluation = self.evaluate(batch, record or t.ent_coef != 0)
-        loss, stats = ppo_loss(evaluation, batch, t, teacher_weight, record)
+        loss, stats = self._minibatch_loss(batch, teacher_weight, record)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
         if self.dist is not None:
@@ -347,6 +359,12 @@ class Trainer:
             torch.nn.utils.clip_grad_norm_(self.policy.parameters(), t.max_grad_norm)
         self._optimizer_step()
         return stats
+
+    def _eager_loss(self, batch, teacher_weight: float = 0.0, record: bool = True):
+        """(loss to minimise, LossStats or None) of a minibatch (loss.ppo_loss)."""
+        t = self.config.train
+        evaluation = self.evaluate(batch, record or t.ent_coef != 0)
+        return ppo_loss(evaluation, batch, t, teacher_weight, record)
 
     def _record(self, split: dict, losses: dict, seconds: float, stats=None) -> dict:
         """The metrics record of the update just finished; `stats` are its rollout's
@@ -372,6 +390,7 @@ class Trainer:
             "env_stats": {k: v for k, v in stats.mean.items()
                           if k not in ("episode_return", "episode_length")},
             "losses": losses, "time_split": split,
+            "compile_seconds": self.compile_seconds,
         }
 
     def recent_return(self, min_episodes: int = 20):
