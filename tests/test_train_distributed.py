@@ -278,3 +278,25 @@ def test_a_killed_rank_ends_the_job_with_its_error(tmp_path):
     state = checkpoint.load(run_dir)
     last = [r for r in records(run_dir) if "updates" in r][-1]
     assert 1 <= state["updates"] <= last["updates"]
+
+
+def test_two_compiled_ranks_match_two_eager_ranks(tmp_path):
+    """train.compile with several ranks: the compiled loss sees the global advantage
+    statistics each minibatch carries (the warm-up compiles with them, so no
+    recompile), and the first update's losses equal the eager job's to float
+    tolerance."""
+    firsts = {}
+    for compile_ in ("false", "true"):
+        run_dir = tmp_path / f"compile-{compile_}"
+        job = subprocess.run(
+            [*TORCHRUN, "--standalone", "--nproc-per-node", "2", "-m", "peregrine", "train",
+             "cartpole", *QUIET, "--run-dir", str(run_dir), "--total-steps", "4096",
+             "--train.stop-return", "0", "--train.compile", compile_],
+            capture_output=True, text=True, timeout=WAIT)
+        assert job.returncode == 0, job.stderr
+        assert "training eagerly" not in job.stderr    # no fallback warning
+        updates = [r for r in records(run_dir) if "updates" in r]
+        assert len(updates) == 2 and updates[-1]["world_size"] == 2
+        firsts[compile_] = updates[0]["losses"]
+    for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
+        assert firsts["true"][name] == pytest.approx(firsts["false"][name], rel=1e-4, abs=1e-6), name

@@ -34,8 +34,9 @@ been run on a GPU yet.
 
 Refused by config validation, by name: `policy.lstm` (Dynamo does not trace
 `nn.LSTM`, and the fused LSTM replay cuts segments at episode starts with a host
-read), `train.teacher`, `train.overlap`, `vec.split = 2`; several ranks are
-refused by the trainer. Where torch.compile cannot run (no C++ compiler for the
+read), `train.teacher`, `train.overlap`, `vec.split = 2`. With several ranks
+(data parallel) every minibatch carries the global advantage statistics, so the
+warm-up compiles the loss with them. Where torch.compile cannot run (no C++ compiler for the
 CPU backend, a Python or platform torch.compile does not support, or a compile
 error), the trainer warns once, naming why, and trains eagerly.
 """
@@ -113,10 +114,9 @@ def compile_trainer(trainer) -> Compiled | None:
     zero-filled storage so the compile happens now (timed); None, after one warning
     naming why, where torch.compile cannot run. The trainer's generator, weights,
     gradients and optimizer state are left as they were."""
-    if trainer.dist is not None or trainer.kickstarter is not None:
-        what = "several ranks" if trainer.dist is not None else "a teacher (kickstarting)"
-        raise ValueError(f"train.compile = true is not available with {what} yet; "
-                         f"set train.compile = false")
+    if trainer.kickstarter is not None:
+        raise ValueError("train.compile = true is not available with a teacher (kickstarting) "
+                         "yet; set train.compile = false")
     device, policy, storage = trainer.device, trainer.policy, trainer.storage
     reason = unavailable_reason(device)
     if reason is not None:
@@ -138,6 +138,10 @@ def compile_trainer(trainer) -> Compiled | None:
         epoch = next(iter(storage.flat_minibatches(trainer.config.train.minibatch_size, 1,
                                                    generator)))
         batch, _ = next(epoch)
+        if trainer.dist is not None and trainer.config.train.norm_adv:
+            # data parallel: every minibatch carries the global advantage statistics
+            one = batch["advantages"].new_ones(())
+            batch["advantage_stats"] = (one * 0.0, one)
         loss(batch)[0].backward()           # compiles the backward too
     except Exception as error:  # noqa: BLE001 - any compile failure falls back, named
         warn_eager(f"compiling failed with {type(error).__name__}: {error}")
