@@ -86,21 +86,13 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 from peregrine.train.config import load_config, read_toml, resolve_config_file  # noqa: E402
+from peregrine.train.advantages import gae_scan  # noqa: E402
 from peregrine.train.ppo import Trainer, compute_gae  # noqa: E402
 
 
 def torch_gae(rewards, values, dones, last_value, gamma, lam, out):
-    """The torch path of compute_gae (used off-CPU), timed here on CPU."""
-    not_done = 1.0 - dones.float()
-    next_values = torch.cat([values[1:], last_value.unsqueeze(0)], 0)
-    deltas = rewards + gamma * next_values * not_done - values
-    decay = (gamma * lam) * not_done
-    out[-1] = deltas[-1]
-    for t in range(len(rewards) - 2, -1, -1):
-        torch.addcmul(deltas[t], decay[t], out[t + 1], out=out[t])
-    return out
-
-SOLVE_RETURN = 475.0
+    """The torch path of compute_gae (used off-CPU: advantages.gae_scan), timed here on CPU."""
+    return out.copy_(gae_scan(rewards, values, dones, last_value, gamma, lam))
 
 
 def variant_overrides(env_name: str, variant: str) -> list:

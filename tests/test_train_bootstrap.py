@@ -173,7 +173,9 @@ def test_gae_matches_reference_on_random_data():
     last_value = rng.normal(size=N)
     expected = reference_gae(rewards, values, terminals, np.zeros_like(terminals), None,
                              last_value, gamma, lam)
-    got = compute_gae(torch.tensor(rewards, dtype=torch.float32),
-                      torch.tensor(values, dtype=torch.float32), torch.tensor(terminals),
-                      torch.tensor(last_value, dtype=torch.float32), gamma, lam)
-    np.testing.assert_allclose(got.numpy(), expected, rtol=1e-5, atol=1e-5)
+    inputs = (torch.tensor(rewards, dtype=torch.float32), torch.tensor(values, dtype=torch.float32),
+              torch.tensor(terminals), torch.tensor(last_value, dtype=torch.float32), gamma, lam)
+    np.testing.assert_allclose(compute_gae(*inputs).numpy(), expected, rtol=1e-5, atol=1e-5)
+    # the torch path (off-CPU devices, and compiled with train.compile on CUDA)
+    from peregrine.train.advantages import gae_scan
+    np.testing.assert_allclose(gae_scan(*inputs).numpy(), expected, rtol=1e-5, atol=1e-5)

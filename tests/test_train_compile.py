@@ -170,3 +170,30 @@ def test_without_a_cpp_compiler_it_warns_once_and_trains_eagerly(monkeypatch):
         assert trainer.update()["global_step"] == 32
     finally:
         trainer.close()
+
+
+def test_compiled_gae_is_a_fixed_number_of_kernels_whatever_the_horizon():
+    """The scan train.compile runs on CUDA (compiling.compiled_gae), built here for the
+    CPU from the same graph: equal to the NumPy GAE (with V-trace weights too), and
+    the number of generated kernels does not grow with the horizon (the eager torch
+    path launches one or more per time step)."""
+    import torch._inductor.metrics as metrics
+    from peregrine.train.advantages import compute_gae, gae_scan
+    from peregrine.train.compiling import compile_function
+    kernels = {}
+    for horizon in (8, 32):
+        g = torch.Generator().manual_seed(horizon)
+        rewards, values = torch.randn(horizon, 64, generator=g), torch.randn(horizon, 64, generator=g)
+        dones = torch.rand(horizon, 64, generator=g) < 0.1
+        last, weights = torch.randn(64, generator=g), torch.rand(horizon, 64, generator=g)
+        metrics.reset()
+        scan = compile_function(gae_scan, torch.device("cpu"))
+        got = scan(rewards, values, dones, last, 0.97, 0.9)
+        kernels[horizon] = metrics.generated_kernel_count
+        torch.testing.assert_close(got, compute_gae(rewards, values, dones, last, 0.97, 0.9),
+                                   rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(
+            scan(rewards, values, dones, last, 0.97, 0.9, weights),
+            compute_gae(rewards, values, dones, last, 0.97, 0.9, importance=weights),
+            rtol=1e-5, atol=1e-5)
+    assert 1 <= kernels[8] == kernels[32] <= 4, kernels

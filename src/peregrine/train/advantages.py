@@ -45,6 +45,20 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
             np.multiply(decay[t], adv[t + 1], out=adv[t])
             adv[t] += deltas[t]
         return advantages
+    result = gae_scan(rewards, values, dones, last_value, gamma, lam, importance)
+    return advantages.copy_(result)
+
+
+def gae_scan(rewards, values, dones, last_value, gamma: float, lam: float, importance=None):
+    """compute_gae's torch path, returning a new [T, rows] tensor.
+
+    Written as one chain of out-of-place elementwise ops over the rows (no
+    writes into slices), so torch.compile fuses the whole reverse recursion into
+    a fixed number of kernels whatever the horizon, instead of a launch or more
+    per time step: with train.compile on CUDA the trainer runs it compiled
+    (tests/test_train_compile.py checks the kernel count on the CPU build of
+    the same graph). Eager, it is T multiply-adds and one stack.
+    """
     not_done = 1.0 - dones.float()
     next_values = torch.cat([values[1:], last_value.unsqueeze(0)], 0)
     deltas = rewards + gamma * next_values * not_done - values
@@ -52,7 +66,7 @@ def compute_gae(rewards, values, dones, last_value, gamma: float, lam: float, ou
     if importance is not None:
         deltas = deltas * importance
         decay = decay * importance
-    advantages[horizon - 1] = deltas[horizon - 1]
-    for t in range(horizon - 2, -1, -1):
-        torch.addcmul(deltas[t], decay[t], advantages[t + 1], out=advantages[t])
-    return advantages
+    steps = [deltas[-1]]
+    for t in range(rewards.shape[0] - 2, -1, -1):
+        steps.append(torch.addcmul(deltas[t], decay[t], steps[-1]))
+    return torch.stack(steps[::-1])

@@ -28,6 +28,11 @@ near 0), and one that differs compiles its own version. Past
 to compile (with fullgraph): that trainer's warm-up fails and it trains eagerly,
 with the warning.
 
+On CUDA, GAE too (`compiled_gae`): advantages.gae_scan compiled, so the
+reverse recursion over the horizon is a fixed number of fused kernels (3 in
+the CPU build of the same graph, for any horizon) instead of launches per time
+step. On the CPU the trainer keeps NumPy's loop, as fast or faster there.
+
 Modes: the default inductor mode on the CPU (C++ kernels, so a C++ compiler is
 needed), `mode="reduce-overhead"` (CUDA graphs) on CUDA. The CUDA mode has not
 been run on a GPU yet.
@@ -49,6 +54,7 @@ from typing import NamedTuple
 
 import torch
 
+from .advantages import gae_scan
 from .collect import policy_step, with_drawn_noise
 
 
@@ -107,6 +113,17 @@ class Compiled(NamedTuple):
     policy_step: object     # collect.policy_step's signature, compiled inside
     loss: ShapeRouted       # Trainer._eager_loss's signature
     seconds: float          # compile time (the warm-up calls)
+    gae: object = None      # advantages.compute_gae's signature on CUDA; None: NumPy's on the CPU
+
+
+def compiled_gae(device: torch.device):
+    """compute_gae with its torch path (advantages.gae_scan) compiled: the reverse
+    recursion over the horizon fused into a fixed number of kernels."""
+    scan = compile_function(gae_scan, device)
+
+    def gae(rewards, values, dones, last_value, gamma, lam, out):
+        return out.copy_(scan(rewards, values, dones, last_value, gamma, lam))
+    return gae
 
 
 def compile_trainer(trainer) -> Compiled | None:
@@ -143,10 +160,17 @@ def compile_trainer(trainer) -> Compiled | None:
             one = batch["advantages"].new_ones(())
             batch["advantage_stats"] = (one * 0.0, one)
         loss(batch)[0].backward()           # compiles the backward too
+        # GAE: on CUDA one fused scan instead of launches per time step; on the CPU
+        # NumPy's loop is as fast as the compiled kernel or faster (RESULTS.md).
+        gae = compiled_gae(device) if device.type == "cuda" else None
+        if gae is not None:
+            t = trainer.config.train        # gamma and lambda are constants of the graph
+            gae(storage.rewards, storage.values, storage.dones, storage.values[0], t.gamma,
+                t.gae_lambda, torch.empty_like(storage.advantages))
     except Exception as error:  # noqa: BLE001 - any compile failure falls back, named
         warn_eager(f"compiling failed with {type(error).__name__}: {error}")
         return None
     finally:
         trainer.optimizer.zero_grad(set_to_none=True)
     return Compiled(step, ShapeRouted(loss, eager_loss, batch["advantages"].shape[0]),
-                    time.perf_counter() - start)
+                    time.perf_counter() - start, gae)

@@ -70,7 +70,7 @@ from collections import deque
 import torch
 
 from . import compiling, environment, torch_startup
-from .advantages import compute_gae  # noqa: F401 (part of this module's API)
+from .advantages import compute_gae
 from .collect import SplitCollector, SyncCollector, policy_step
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
@@ -215,12 +215,14 @@ class Trainer:
         # here once (train.compile, compiling.py); the loops call whichever was chosen.
         self.policy_step = policy_step(policy, self.autocast)
         self._minibatch_loss = self._eager_loss
+        self._gae = compute_gae
         compiled = compiling.compile_trainer(self) if t.compile else None
         self.compiled = compiled is not None
         # Spent here, before the first update: outside `elapsed` and the time split.
         self.compile_seconds = 0.0 if compiled is None else compiled.seconds
         if compiled is not None:
             self.policy_step, self._minibatch_loss = compiled.policy_step, compiled.loss
+            self._gae = compiled.gae or compute_gae
 
         self.global_step = 0
         self.updates = 0
@@ -288,8 +290,8 @@ class Trainer:
         with self.autocast:
             last_value = self.policy.value(self.pipeline.current(), self.lstm_state,
                                            self.next_starts).float()
-        compute_gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
-                    t.gae_lambda, out=storage.advantages)
+        self._gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
+                  t.gae_lambda, out=storage.advantages)
         torch.add(storage.advantages, storage.values, out=storage.returns)
 
     def learn(self) -> dict:
