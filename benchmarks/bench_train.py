@@ -536,15 +536,25 @@ def drone_swarm_run(steps: int, run_dir: str, plot: str | None, episodes: int = 
               f"+- {result['std']['delivered']:.2f}, success {result['mean']['success']:.3f}, "
               f"length {result['mean']['episode_length']:.0f}", flush=True)
     records = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
-    curve = [(r["global_step"], r["env_stats"]["delivered"], r["episode_return"])
-             for r in records if r.get("episodes_this_update")]
+    # Per update only the episodes that ended in it count (one to a few dozen):
+    # the curve pools them in half-million-step bins, weighted by episodes.
+    bins: dict = {}
+    for r in records:
+        if r.get("episodes_this_update"):
+            pool = bins.setdefault(r["global_step"] // 500_000, [0.0, 0, 0])
+            pool[0] += r["env_stats"]["delivered"] * r["episodes_this_update"]
+            pool[1] += r["episodes_this_update"]
+            pool[2] = r["global_step"]
+    curve = [(last, total / count, count) for total, count, last in
+             (bins[key] for key in sorted(bins))]
     results["curve"] = curve
     if plot:
         import matplotlib
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
         figure, axis = plt.subplots(figsize=(6.4, 3.6), dpi=120)
-        axis.plot([c[0] / 1e6 for c in curve], [c[1] for c in curve], label="PPO (training episodes)")
+        axis.plot([c[0] / 1e6 for c in curve], [c[1] for c in curve], marker=".",
+                  label="PPO (training episodes, per 0.5M steps)")
         axis.scatter([summary["global_step"] / 1e6], [results["eval"]["PPO (this run)"]["mean"]["delivered"]],
                      marker="*", s=80, zorder=3, label=f"PPO final, deterministic ({episodes} episodes)")
         for label, style in (("lawnmower", "--"), ("voronoi", ":"), ("random", "-.")):

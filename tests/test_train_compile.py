@@ -156,10 +156,12 @@ def test_compiled_resume_is_exact():
         resumed.close()
 
 
-def test_without_a_cpp_compiler_it_warns_once_and_trains_eagerly(monkeypatch):
+def test_without_a_cpp_compiler_it_warns_once_and_trains_eagerly():
     import torch._inductor.config as inductor_config
-    monkeypatch.setattr(inductor_config.cpp, "cxx", (None, "peregrine-no-such-c++"))
-    with warnings.catch_warnings(record=True) as caught:
+    # torch's own config patching (pytest's monkeypatch would delete the key on undo
+    # and break every later compile in the process)
+    with inductor_config.patch({"cpp.cxx": (None, "peregrine-no-such-c++")}), \
+            warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         trainer = make_trainer()
     try:
