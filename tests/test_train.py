@@ -326,10 +326,12 @@ def test_config_variants_are_named_and_unknown_names_are_refused():
 
 @pytest.mark.parametrize("env_name, variant", _shipped())
 def test_every_shipped_config_loads_and_trains_one_small_update(env_name, variant):
-    """Each shipped TOML is valid for its env, and its env/policy settings run (sizes shrunk)."""
+    """Each shipped TOML is valid for its env, and its env/policy settings run (sizes shrunk;
+    eager: the compiled path has its own tests, tests/test_train_compile.py)."""
     config = load_config(env_name, variant, overrides=[("vec.num_envs", 2), ("train.horizon", 8),
                                               ("train.minibatch_size", 16),
-                                              ("train.total_steps", 1)])
+                                              ("train.total_steps", 1),
+                                              ("train.compile", False)])
     trainer = Trainer(config)
     record = trainer.update()
     assert np.isfinite(record["losses"]["value_loss"])
