@@ -25,6 +25,17 @@ def run_updates(trainer, count):
     return [trainer.update()["losses"] for _ in range(count)]
 
 
+def train_until_solved(trainer, target=475.0):
+    """Updates until the recent mean return reaches `target` or the budget ends; asserts
+    it was reached and returns the last update's record."""
+    while not trainer.done:
+        record = trainer.update()
+        if (record["recent_return"] or 0) >= target:
+            break
+    assert trainer.recent_return() >= target, trainer.recent_return()
+    return record
+
+
 def parameters(trainer):
     return [p.detach().clone() for p in trainer.policy.parameters()]
 

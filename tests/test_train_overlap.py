@@ -19,7 +19,7 @@ from peregrine.train.advantages import compute_gae
 from peregrine.train.config import load_config
 from peregrine.train.overlap import ActorDiedError, ActorError, OverlapTrainer
 from peregrine.train.ppo import Trainer
-from test_train_checkpoint import parameters, run_updates
+from test_train_checkpoint import parameters, run_updates, train_until_solved
 from test_train_checkpoint import small_config as checkpoint_small_config
 
 
@@ -34,11 +34,7 @@ def test_overlap_learns_cartpole():
     trainer = OverlapTrainer(load_config("cartpole", overrides=[
         ("train.overlap", True), ("train.total_steps", 200_000), ("train.seed", 1)]))
     try:
-        while not trainer.done:
-            record = trainer.update()
-            if (record["recent_return"] or 0) >= 475:
-                break
-        assert trainer.recent_return() >= 475, trainer.recent_return()
+        record = train_until_solved(trainer)
         split = record["time_split"]
         assert set(split) == {"env", "forward", "learn", "wait", "overlap"}
         assert split["env"] > 0 and split["forward"] > 0 and split["learn"] > 0

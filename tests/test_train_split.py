@@ -15,7 +15,7 @@ from peregrine.train import checkpoint, collect
 from peregrine.train.config import load_config
 from peregrine.train.environment import ActionBuffer, make_env, split_blocks
 from peregrine.train.ppo import Trainer
-from test_train_checkpoint import SMALL, parameters, run_updates
+from test_train_checkpoint import SMALL, parameters, run_updates, train_until_solved
 
 CASES = {   # name -> (env, overrides beside SMALL: 8 instances, 16 steps per update)
     "mlp": ("cartpole", []),
@@ -40,11 +40,7 @@ def test_split_learns_cartpole():
         ("vec.split", 2), ("train.total_steps", 200_000), ("train.seed", 1)]))
     try:
         assert isinstance(trainer.collector, collect.SplitCollector)
-        while not trainer.done:
-            record = trainer.update()
-            if (record["recent_return"] or 0) >= 475:
-                break
-        assert trainer.recent_return() >= 475, trainer.recent_return()
+        record = train_until_solved(trainer)
         split = record["time_split"]
         assert set(split) == {"env", "forward", "env_hidden", "learn"}
         assert split["forward"] > 0 and split["learn"] > 0
