@@ -115,13 +115,14 @@ def measure_independent(env: str, ranks: int, steps: int, workdir: Path, extra=(
             "learn_s": max(r["learn_s"] for r in runs), "command": " & ".join(r["command"] for r in runs)}
 
 
-def policy_size(env: str) -> tuple[int, int]:
-    """(parameters of the env's shipped policy, gradient steps per update per rank)."""
+def policy_size(env: str, config_file=None, sets=()) -> tuple[int, int]:
+    """(parameters of the jobs' policy, gradient steps per update per rank): the env's
+    shipped config with the same --config and --set the jobs get."""
     import torch
     from peregrine.train import load_config
     from peregrine.train.environment import make_env
     from peregrine.train.policy import Policy
-    config = load_config(env)
+    config = load_config(env, config_file, overrides=[tuple(pair) for pair in sets])
     batch = make_env(config, 0, torch.device("cpu"))
     try:
         policy = Policy(batch.single_observation_space, batch.single_action_space, config.policy)
@@ -153,9 +154,9 @@ def time_all_reduce(numel: int, repeats: int) -> None:
     dist.destroy_process_group()
 
 
-def measure_all_reduce(env: str, ranks: int) -> dict:
+def measure_all_reduce(env: str, ranks: int, config_file=None, sets=()) -> dict:
     """The collective's share of an update: all-reduce time x gradient steps."""
-    numel, steps = policy_size(env)
+    numel, steps = policy_size(env, config_file, sets)
     cores = ",".join(str(c) for c in range(ranks))
     command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node", str(ranks), __file__,
@@ -207,7 +208,7 @@ def main(argv=None) -> int:
                 baseline = baseline or result["sps"]
                 result["efficiency"] = result["sps"] / (ranks * baseline)
                 if ranks > 1:
-                    result["all_reduce"] = collective = measure_all_reduce(env, ranks)
+                    result["all_reduce"] = collective = measure_all_reduce(env, ranks, args.config, args.set)
                     print(f"{env:12s} ranks {ranks:2d}  all-reduce of {collective['parameters']:,} "
                           f"floats {collective['all_reduce_s'] * 1e6:.0f} us x "
                           f"{collective['gradient_steps']} gradient steps = "

@@ -53,18 +53,26 @@ def eval_world(env_name: str, policy, preset: str | None = None, overrides: dict
 
     Returns {"kwargs": keywords for `make` (preset and fields), "description":
     one line for output headers, "explicit": whether the caller chose the world}.
-    A checkpoint's own world is the default; `preset` replaces it; `overrides`
-    (config fields) apply on top.
+    A checkpoint's own world is the default; `preset` replaces it (keeping the
+    checkpoint's agent fields); `overrides` (config fields) apply on top.
     """
+    trained = _checkpoint_world(env_name, policy) if is_checkpoint(env_name, policy) else None
+    return world_of(env_name, trained, preset, overrides)
+
+
+def world_of(env_name: str, trained: tuple | None, preset: str | None = None,
+             overrides: dict | None = None) -> dict:
+    """eval_world's answer for a policy whose checkpoint world is `trained`, the
+    (env name, keywords) pair `train.checkpoint.env_kwargs` reads, or None for a
+    policy that is not a checkpoint; for callers that have read it already."""
     overrides = dict(overrides or {})
-    checkpoint = is_checkpoint(env_name, policy)
-    if checkpoint:
-        trained_name, trained = _checkpoint_world(env_name, policy)
+    checkpoint = trained is not None
+    trained_name, trained = trained if checkpoint else (None, {})
     if preset is not None:
         base, source = {"preset": preset}, f"preset {preset}"
         # The agent's own sensors (observation columns a preset does not choose) stay
         # the checkpoint's, or its policy could not read the observations.
-        kept = {k: trained[k] for k in _agent_fields(env_name) if checkpoint and k in trained}
+        kept = {k: trained[k] for k in _agent_fields(env_name) if k in trained}
         if kept:
             base.update(kept)
             source += " with the checkpoint's " + ", ".join(f"{k}={v!r}" for k, v in kept.items())

@@ -201,12 +201,13 @@ def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None =
     observation fields, as evaluation does); `overrides` (config fields) are
     applied on top of either.
     """
-    from ..evaluate import eval_world
+    from ..evaluate import world_of
     from ..registry import make
-    name, _trained = env_kwargs(path)
+    trained = env_kwargs(path)
+    name = trained[0]
     if name is None:
         raise ValueError(f"checkpoint {str(path)!r} records no env config: make the env yourself")
-    world = eval_world(name, path, preset, overrides)
+    world = world_of(name, trained, preset, overrides)
     return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **world["kwargs"])
 
 

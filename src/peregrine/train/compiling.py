@@ -54,7 +54,7 @@ from typing import NamedTuple
 
 import torch
 
-from .advantages import gae_scan
+from .advantages import compute_gae, gae_scan
 from .collect import policy_step, with_drawn_noise
 
 
@@ -113,7 +113,7 @@ class Compiled(NamedTuple):
     policy_step: object     # collect.policy_step's signature, compiled inside
     loss: ShapeRouted       # Trainer._eager_loss's signature
     seconds: float          # compile time (the warm-up calls)
-    gae: object = None      # advantages.compute_gae's signature on CUDA; None: NumPy's on the CPU
+    gae: object             # advantages.compute_gae's signature (compiled on CUDA only)
 
 
 def compiled_gae(device: torch.device):
@@ -162,8 +162,8 @@ def compile_trainer(trainer) -> Compiled | None:
         loss(batch)[0].backward()           # compiles the backward too
         # GAE: on CUDA one fused scan instead of launches per time step; on the CPU
         # NumPy's loop is as fast as the compiled kernel or faster (RESULTS.md).
-        gae = compiled_gae(device) if device.type == "cuda" else None
-        if gae is not None:
+        gae = compiled_gae(device) if device.type == "cuda" else compute_gae
+        if gae is not compute_gae:
             t = trainer.config.train        # gamma and lambda are constants of the graph
             gae(storage.rewards, storage.values, storage.dones, storage.values[0], t.gamma,
                 t.gae_lambda, torch.empty_like(storage.advantages))

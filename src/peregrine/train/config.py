@@ -167,9 +167,9 @@ def resolve_config_file(env_name: str | None, config_file) -> Path:
     path = Path(config_file)
     if path.is_file() or env_name is None or path.suffix or path.name != str(config_file):
         return path
-    if str(config_file) in shipped_variants(env_name):
-        return CONFIG_DIR / f"{env_name}-{config_file}.toml"
     variants = shipped_variants(env_name)
+    if str(config_file) in variants:
+        return CONFIG_DIR / f"{env_name}-{config_file}.toml"
     raise ValueError(f"config {str(config_file)!r} is neither a file nor a shipped variant of "
                      f"{env_name}'s config (variants: {', '.join(variants) or 'none'})")
 

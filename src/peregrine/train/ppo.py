@@ -222,7 +222,7 @@ class Trainer:
         self.compile_seconds = 0.0 if compiled is None else compiled.seconds
         if compiled is not None:
             self.policy_step, self._minibatch_loss = compiled.policy_step, compiled.loss
-            self._gae = compiled.gae or compute_gae
+            self._gae = compiled.gae
 
         self.global_step = 0
         self.updates = 0
