@@ -95,6 +95,8 @@ def test_parity_with_confirmations_deliveries_and_lost_reports():
     for report in (0, 1):
         stats = run_parity({**config, "obs_report": report}, 4)
         assert stats.mean["delivered"] > 0 and stats.mean["confirmed"] > stats.mean["delivered"] - 1
+    # the owner-credit rewards on the same deliveries and losses
+    run_parity({**config, "r_deliver_owner": 2.5, "r_report_lost": -1.5}, 4)
 
 
 def test_spaces_rows_and_presets():
@@ -291,6 +293,27 @@ def test_report_is_delivered_when_its_owner_reconnects_in_time():
     assert pair.state["first_delivery_step"] == 11
     share = pair.config["r_found"] / 4  # r_found_divide_by_n: every drone gets r_found / n
     np.testing.assert_allclose(rewards[1] - rewards[0], share, atol=1e-5)
+
+
+def test_owner_credit_rewards_pay_the_confirming_drone_on_delivery_and_loss():
+    # drone 0 owns two reports: one it delivers this step (it flies into range
+    # of the base), one whose window ends this step while drone 1, cut off, owns
+    # a third report that is also lost
+    drones = [(0, {"x": 50.0, "y": 66.0}), (1, {"x": 90.0, "y": 10.0}),
+              (2, {"x": 12.0, "y": 10.0}), (3, {"x": 14.0, "y": 10.0})]
+    actions = np.zeros((4, 3), np.float32)
+    actions[0, 1] = -1.0
+    report = {"status": 1, "ever_confirmed": 1}
+    rewards = {}
+    for terms in ((0.0, 0.0), (2.5, -1.5)):
+        pair = Pair(n_victims=3, m_deliver=3, r_deliver_owner=terms[0], r_report_lost=terms[1])
+        pair.place(drones=drones, victims=[(0, {"x": 91.0, "y": 90.0, "owner": 0, "window": 3, **report}),
+                                           (1, {"x": 5.0, "y": 95.0, "owner": 1, "window": 0, **report}),
+                                           (2, {"x": 95.0, "y": 5.0, "owner": 1, "window": 0, **report})])
+        rewards[terms] = pair.step(actions)[1]
+    assert list(pair.state["victims"]["status"]) == [2, 0, 0]   # delivered, lost, lost
+    np.testing.assert_allclose(rewards[(2.5, -1.5)] - rewards[(0.0, 0.0)], [2.5, -3.0, 0.0, 0.0],
+                               atol=1e-5)
 
 
 def test_empty_battery_drone_neither_moves_nor_scans():

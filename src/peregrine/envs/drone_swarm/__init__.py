@@ -64,7 +64,11 @@ Choices (where the spec is silent)
 - Dispersion with no other live drone: distance = inf, so +r_dispersion.
 - Reward terms, summed in float32 in this order: r_time, -c_energy * ratio^2,
   delivery share, r_confirm * confirmations, r_explore * (global + 0.5 * own),
-  scan-near, dispersion, r_connect if connected.
+  scan-near, dispersion, r_connect if connected. The delivery share is one
+  term: (share + r_deliver_owner * own reports delivered this step) +
+  r_report_lost * own reports lost this step (owner-credit terms, 0 by default,
+  not in the spec: they pay the drone that confirmed, on its report's delivery
+  or loss).
 - Reset: randomisation draws (if randomise), then obstacles, then drones (uniform in the disc of
   radius spawn_radius around the base, clipped to the world, by rejection
   sampling in the bounding box; after 64 rejections the drone starts at the

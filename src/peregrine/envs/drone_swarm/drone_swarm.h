@@ -103,6 +103,8 @@
     X(r_dispersion, 0.05, -1e3, 1e3, 0)        \
     X(min_drone_separation, 8.0, 0.0, 1e4, 0)  \
     X(r_connect, 0.01, -1e3, 1e3, 0)           \
+    X(r_deliver_owner, 0.0, -1e3, 1e3, 0)      \
+    X(r_report_lost, 0.0, -1e3, 1e3, 0)        \
     X(p_comm_drop, 0.0, 0.0, 1.0, 0)           \
     X(randomise, 0, 0, 1, 1)                   \
     X(r_comm_min, 10.0, 0.001, 1e4, 0)         \
@@ -173,6 +175,7 @@ struct Env {
     float c_idle, c_move, c_scan, spawn_radius, victim_min_dist, victim_max_dist;
     float detect_prob_scale, cell_size, r_time, c_energy, r_found, r_confirm, r_explore;
     float r_scan_near, r_dispersion, min_drone_separation, r_connect, p_comm_drop;
+    float r_deliver_owner, r_report_lost;
     float r_comm_min, r_comm_max, p_comm_drop_min, p_comm_drop_max;
     /* per instance */
     int32_t *step, *ep_t_confirm, *ep_m_deliver, *first_delivery;
@@ -339,6 +342,8 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     env->r_dispersion = (float)c[DS_CFG_r_dispersion];
     env->min_drone_separation = (float)c[DS_CFG_min_drone_separation];
     env->r_connect = (float)c[DS_CFG_r_connect];
+    env->r_deliver_owner = (float)c[DS_CFG_r_deliver_owner];
+    env->r_report_lost = (float)c[DS_CFG_r_report_lost];
     env->p_comm_drop = (float)c[DS_CFG_p_comm_drop];
     env->r_comm_min = (float)c[DS_CFG_r_comm_min];
     env->r_comm_max = (float)c[DS_CFG_r_comm_max];
@@ -1253,8 +1258,8 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[scanners[j]][0];
 
     /* 4. confirmation, 5. delivery */
-    int confirmations[DS_MAX_DRONES];
-    for (int d = 0; d < n; d++) confirmations[d] = 0;
+    int confirmations[DS_MAX_DRONES], own_delivered[DS_MAX_DRONES], own_lost[DS_MAX_DRONES];
+    for (int d = 0; d < n; d++) confirmations[d] = own_delivered[d] = own_lost[d] = 0;
     const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
     int delivered_now = 0, changed = 0;
     /* With no scanning drone near a victim, no confirmation in progress and no
@@ -1298,9 +1303,11 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
             if ((connected >> owner) & 1) {
                 status[v] = DS_DELIVERED;
                 delivered_now++;
+                own_delivered[owner]++;
             } else if (env->window[ov + v] == 0) {
                 status[v] = DS_UNKNOWN;
                 env->owner[ov + v] = -1;
+                own_lost[owner]++;
             } else {
                 env->window[ov + v]--;
             }
@@ -1360,7 +1367,9 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         sc->confirmations[j0 + d] = (float)confirmations[d];
         sc->scan_near[j0 + d] = (float)((scan_near >> d) & 1);
         sc->alive[j0 + d] = (float)((alive >> d) & 1);
-        sc->share[j0 + d] = share;
+        /* the owner's own terms, added to its share in this order (the reference's) */
+        float mine = share + env->r_deliver_owner * (float)own_delivered[d];
+        sc->share[j0 + d] = mine + env->r_report_lost * (float)own_lost[d];
         sc->r_comm[j0 + d] = r_comm;
     }
     env->step[i]++;

@@ -119,6 +119,7 @@ class DroneSwarmReference:
                      "victim_min_dist", "victim_max_dist", "detect_prob_scale", "cell_size",
                      "r_time", "c_energy", "r_found", "r_confirm", "r_explore", "r_scan_near",
                      "r_dispersion", "min_drone_separation", "r_connect", "p_comm_drop",
+                     "r_deliver_owner", "r_report_lost",
                      "r_comm_min", "r_comm_max", "p_comm_drop_min", "p_comm_drop_max",
                      "obstacle_min_size", "obstacle_max_size", "obstacle_margin",
                      "obstacle_base_clearance", "obstacle_separation"):
@@ -582,6 +583,10 @@ class DroneSwarmReference:
         deliver = confirmed & owner_connected
         waiting = confirmed & ~owner_connected
         lose = waiting & (self.window == 0)
+        # per drone: its own reports delivered / lost this step (owner-credit rewards)
+        drones = np.arange(n)[None, :, None]
+        own_delivered = ((self.owner[:, None, :] == drones) & deliver[:, None, :]).sum(axis=2)
+        own_lost = ((self.owner[:, None, :] == drones) & lose[:, None, :]).sum(axis=2)
         self.status[deliver] = DELIVERED
         self.window = np.where(waiting & ~lose, self.window - 1, self.window)
         self.status[lose] = UNKNOWN
@@ -625,7 +630,8 @@ class DroneSwarmReference:
             share = share / f32(n)
         r = np.full((E, n), self.r_time, np.float32)
         r = r - self.c_energy * speed2
-        r = r + share[:, None]
+        share = share[:, None] + self.r_deliver_owner * own_delivered.astype(np.float32)
+        r = r + (share + self.r_report_lost * own_lost.astype(np.float32))
         r = r + self.r_confirm * confirmations.astype(np.float32)
         r = r + self.r_explore * explore
         r = r + np.where(scan_near, self.r_scan_near, f32(0))
