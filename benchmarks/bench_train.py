@@ -17,7 +17,7 @@ Parts:
   gae         GAE as a reverse loop over time with all rows per step: the
               NumPy loop compute_gae uses on CPU against the same loop in
               torch ops (its path on other devices), per call.
-  drone_swarm the shipped DroneSwarm config for --drone-steps steps, then 64
+  drone_swarm the shipped DroneSwarm config (its budget, or --drone-steps), then 64
               evaluation episodes (seed 0, default preset, deterministic
               actions) beside the scripted baselines, and a learning-curve PNG
               (--plot). Not in the default set: it takes minutes.
@@ -522,10 +522,10 @@ def sb3_run(seed: int, cap: int) -> dict | None:
             "recent_return": float(np.mean(callback.returns[-20:])) if callback.returns else None}
 
 
-def drone_swarm_run(steps: int, run_dir: str, plot: str | None, episodes: int = 64) -> dict:
+def drone_swarm_run(steps: int | None, run_dir: str, plot: str | None, episodes: int = 64) -> dict:
     from peregrine.evaluate import evaluate
     from peregrine.train.run import train
-    config = load_config("drone_swarm", overrides=[("train.total_steps", steps)])
+    config = load_config("drone_swarm", overrides=[("train.total_steps", steps)] if steps else [])
     summary = train(config, run_dir)
     results = {"train": summary, "eval": {}}
     for policy in (run_dir, "random", "lawnmower", "voronoi"):
@@ -610,7 +610,8 @@ def main(argv=None) -> int:
     parser.add_argument("--compile-repeats", type=int, default=2,
                         help="compile part: keep the fastest of this many eager / compiled pairs")
     parser.add_argument("--pinned-child", help=argparse.SUPPRESS)
-    parser.add_argument("--drone-steps", type=int, default=8_000_000)
+    parser.add_argument("--drone-steps", type=int, default=None,
+                        help="steps of the drone_swarm part (default: the shipped config's budget)")
     parser.add_argument("--drone-run-dir", default="runs/bench-drone_swarm")
     parser.add_argument("--plot", help="learning-curve PNG for the drone_swarm part")
     parser.add_argument("--skip-sb3", action="store_true")
