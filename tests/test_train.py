@@ -329,6 +329,7 @@ def test_every_shipped_config_loads_and_trains_one_small_update(env_name, varian
     """Each shipped TOML is valid for its env, and its env/policy settings run (sizes shrunk;
     eager: the compiled path has its own tests, tests/test_train_compile.py)."""
     config = load_config(env_name, variant, overrides=[("vec.num_envs", 2), ("train.horizon", 8),
+                                              ("policy.bptt_horizon", 8),
                                               ("train.minibatch_size", 16),
                                               ("train.total_steps", 1),
                                               ("train.compile", False)])
