@@ -337,3 +337,39 @@ def test_every_shipped_config_loads_and_trains_one_small_update(env_name, varian
     record = trainer.update()
     assert np.isfinite(record["losses"]["value_loss"])
     trainer.close()
+
+
+def _tiny_cartpole_trainer():
+    config = load_config("cartpole", overrides=[("vec.num_envs", 4), ("train.horizon", 16),
+                                                ("train.minibatch_size", 32)])
+    return Trainer(config)
+
+
+def test_a_diverged_policy_stops_training_with_a_clear_error():
+    """NaN weights (a diverged run) make every later update NaN: the update raises
+    instead of training on, before it is counted (so nothing records or checkpoints it)."""
+    trainer = _tiny_cartpole_trainer()
+    trainer.update()
+    with torch.no_grad():
+        next(trainer.policy.parameters()).view(-1)[0] = float("nan")
+    with pytest.raises(FloatingPointError, match=r"diverged in update 2 \(after 64 steps\): "
+                                                 r"non-finite policy_loss, value_loss"):
+        trainer.update()
+    assert trainer.updates == 1
+    trainer.close()
+
+
+def test_a_last_gradient_step_that_overflows_the_weights_is_caught_in_its_update():
+    """The losses are recorded before the last Adam step; weights it makes infinite are
+    caught by the weight check of the same update."""
+    trainer = _tiny_cartpole_trainer()
+    step = trainer._optimizer_step
+
+    def overflowing_step():
+        step()
+        with torch.no_grad():
+            next(trainer.policy.parameters()).view(-1)[0] = float("inf")
+    trainer._optimizer_step = overflowing_step
+    with pytest.raises(FloatingPointError, match="update 1 .*non-finite weights"):
+        trainer.update()
+    trainer.close()

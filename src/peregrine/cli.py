@@ -75,7 +75,8 @@ def main(argv=None) -> int:
     except ValueError as error:  # bad input: a clear message, not a traceback
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 2
-    except (OSError, MemoryError) as error:  # unwritable/full run directory, too big a batch
+    except (OSError, MemoryError, FloatingPointError) as error:
+        # unwritable/full run directory, too big a batch, a diverged training
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 1
 

@@ -326,6 +326,7 @@ class Trainer:
                     break
         means = LossStats.from_stacked(sums / max(count, 1))
         losses = dataclasses.asdict(means)
+        self._check_finite(losses)
         teacher_loss = losses.pop("teacher_loss")
         losses["learning_rate"] = lr
         if self.kickstarter is not None:
@@ -333,6 +334,22 @@ class Trainer:
             if teacher_weight > 0:
                 losses["teacher_loss"] = teacher_loss
         return losses
+
+    def _check_finite(self, losses: dict) -> None:
+        """Stops a diverged run: once a loss or a weight is NaN/inf, every later update
+        is too and the policy is lost. Raises FloatingPointError before the update is
+        recorded or checkpointed, so the run directory keeps the last finite checkpoint.
+        (One host read per update, beside the losses' own.)"""
+        bad = [name for name, value in losses.items() if not math.isfinite(value)]
+        # a NaN/inf anywhere makes the sum non-finite: two ops whatever the model
+        weights = torch.cat([p.detach().reshape(-1) for p in self.policy.parameters()]).sum()
+        if bad or not bool(torch.isfinite(weights)):
+            what = f"non-finite {', '.join(bad)}" if bad else "non-finite weights"
+            raise FloatingPointError(
+                f"training diverged in update {self.updates + 1} (after {self.global_step:,} "
+                f"steps): {what}. The run directory keeps its last checkpoint from before; "
+                f"a lower train.learning_rate, train.max_grad_norm > 0 or train.precision "
+                f"fp32 may train stably")
 
     def minibatches(self):
         """Per epoch, a generator of (minibatch, is the epoch's last) over the storage."""
