@@ -98,6 +98,24 @@ def test_masked_actions_are_never_sampled():
     assert mask.gather(1, policy.deterministic(logits, mask).unsqueeze(1)).all()
 
 
+def test_masked_actions_are_never_sampled_at_the_ends_of_the_uniform_draw():
+    """Inverse-CDF sampling at u = 0 and at the largest float below 1 (where the valid
+    probabilities can sum to less than u): a masked first or last action was taken
+    there, with a stored log-prob of -1e9 that later made a bf16 run's PPO ratio
+    overflow (a Prospector run went NaN)."""
+    torch.manual_seed(0)
+    rows = 20000
+    logits = torch.randn(rows, N) * 3
+    mask = torch.ones(rows, N, dtype=torch.bool)
+    mask[:, 0] = mask[:, -1] = False
+    below_one = torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item()
+    for u in (0.0, below_one):
+        actions, logprobs = Policy._categorical_from(
+            torch.where(mask, logits, torch.tensor(-1e9)), torch.full((rows, 1), u))
+        assert mask.gather(1, actions.unsqueeze(1)).all(), u
+        assert (logprobs > -100).all(), u
+
+
 def test_logprob_and_entropy_equal_a_categorical_over_valid_actions():
     policy = _policy()
     torch.manual_seed(1)

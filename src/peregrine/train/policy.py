@@ -275,9 +275,17 @@ class Policy(nn.Module):
     def _categorical_from(logits, uniform):
         # Inverse CDF with one uniform per row: cheaper than Gumbel-max (one
         # draw instead of n) and than torch.multinomial for small n.
+        # The action is the first index whose cdf exceeds u * total. A masked
+        # action has probability exactly 0 (its cdf equals its predecessor's), so
+        # it is never that index, even for u = 0; and u * total can round up to
+        # the total (the valid mass sums to slightly under 1 in float), where the
+        # last index with probability > 0 is taken, never a masked tail. (Taking
+        # a masked action stores a log-prob of -1e9, and the PPO ratio of a
+        # re-evaluation in another precision overflows: NaN training.)
         log_probs = torch.log_softmax(logits, dim=-1)
         cdf = log_probs.exp().cumsum(-1)
-        actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
+        total = cdf[..., -1:]
+        actions = torch.minimum((cdf <= uniform * total).sum(-1), (cdf < total).sum(-1))
         return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
 
     def log_prob_entropy(self, params, actions, entropy: bool = True, mask=None):
