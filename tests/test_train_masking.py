@@ -15,7 +15,7 @@ from gymnasium import spaces
 
 from peregrine.train import checkpoint
 from peregrine.train.config import load_config
-from peregrine.train.policy import Policy
+from peregrine.train.policy import Policy, mask_logits
 from peregrine.train.ppo import Trainer
 from toy_envs import ToyBatch
 
@@ -110,8 +110,8 @@ def test_masked_actions_are_never_sampled_at_the_ends_of_the_uniform_draw():
     mask[:, 0] = mask[:, -1] = False
     below_one = torch.nextafter(torch.tensor(1.0), torch.tensor(0.0)).item()
     for u in (0.0, below_one):
-        actions, logprobs = Policy._categorical_from(
-            torch.where(mask, logits, torch.tensor(-1e9)), torch.full((rows, 1), u))
+        actions, logprobs = Policy._categorical_from(mask_logits(logits, mask),
+                                                     torch.full((rows, 1), u))
         assert mask.gather(1, actions.unsqueeze(1)).all(), u
         assert (logprobs > -100).all(), u
 
