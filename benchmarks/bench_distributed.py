@@ -6,13 +6,15 @@
     .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --set train.precision bf16
     .venv/bin/python benchmarks/bench_distributed.py --independent   # + the machine's ceiling
     .venv/bin/python benchmarks/bench_distributed.py --envs drone_swarm --config fast
+    .venv/bin/python benchmarks/bench_distributed.py --backends shm gloo  # both, one run
 
 Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
 rank starts no process group), pinned with `taskset` to cores 0..N-1, on the
 env's shipped config (so `vec.num_envs` and the minibatch are per rank and the
-global batch grows with N: weak scaling), gloo on CPU, trained through all the
-steps (`train.stop_return` 0).
+global batch grows with N: weak scaling), trained through all the steps
+(`train.stop_return` 0). The N-rank jobs run once per `--backends` entry
+(`train.dist_backend`; "auto" is the shared-memory sums on one machine).
 
 SPS is read from the run's metrics.jsonl: global steps between the end of the
 first update and the last, over the training seconds between them (rollout +
@@ -22,10 +24,10 @@ invocation. Rank 0's mean seconds per update in the rollout (no collective) and
 in learning are printed beside it: the per-rank work is the same for every N, so
 what grows with N grew from contention for cores or from the collectives.
 
-For N > 1 it also times the gradient all-reduce alone (the same N ranks, pinned
-the same way, one flat float32 buffer the size of the env's shipped policy, as
-the trainer sends once per gradient step): that time x gradient steps per update
-is the collectives' share of an update. With more ranks than free cores the
+For N > 1 it also times the gradient all-reduce alone for each backend (the
+same N ranks, pinned the same way, one flat float32 buffer the size of the jobs'
+policy, as the trainer sends once per gradient step): that time x gradient steps
+per update is the collectives' share of an update. With more ranks than free cores the
 cores are the limit, not the collectives: quote figures only from a machine
 nobody else is using.
 
@@ -134,40 +136,46 @@ def policy_size(env: str, config_file=None, sets=()) -> tuple[int, int]:
     return sum(p.numel() for p in policy.parameters()), steps
 
 
-def time_all_reduce(numel: int, repeats: int) -> None:
-    """Run by each rank (under torchrun): the mean seconds of one gloo all-reduce of
-    `numel` float32, the trainer's one flat gradient buffer; rank 0 prints it."""
+def time_all_reduce(numel: int, backend: str, repeats: int) -> None:
+    """Run by each rank (under torchrun): the mean seconds of one all-reduce of `numel`
+    float32 (the trainer's one flat gradient buffer) through the trainer's own
+    collectives for `backend`; rank 0 prints it."""
     import time
+    from types import SimpleNamespace
     import torch
-    import torch.distributed as dist
-    dist.init_process_group("gloo")
+    from peregrine.train.distributed import DataParallel
+    config = SimpleNamespace(
+        train=SimpleNamespace(device="cpu", dist_backend=backend, dist_timeout=60.0,
+                              normalize_obs=False, normalize_reward=False),
+        vec=SimpleNamespace(backend="native", num_workers=1))
+    dist = DataParallel(config)
     buffer = torch.zeros(numel)
     for _ in range(20):                 # connections and buffers warmed up
-        dist.all_reduce(buffer)
-    dist.barrier()
+        dist._all_reduce(buffer)
+    torch.distributed.barrier()
     start = time.perf_counter()
     for _ in range(repeats):
-        dist.all_reduce(buffer)
+        dist._all_reduce(buffer)
     seconds = (time.perf_counter() - start) / repeats
-    if dist.get_rank() == 0:
-        print(json.dumps({"all_reduce_s": seconds}), flush=True)
-    dist.destroy_process_group()
+    if dist.is_main:
+        print(json.dumps({"all_reduce_s": seconds, "backend": dist.backend}), flush=True)
+    dist.close()
 
 
-def measure_all_reduce(env: str, ranks: int, config_file=None, sets=()) -> dict:
+def measure_all_reduce(env: str, ranks: int, backend: str, config_file=None, sets=()) -> dict:
     """The collective's share of an update: all-reduce time x gradient steps."""
     numel, steps = policy_size(env, config_file, sets)
     cores = ",".join(str(c) for c in range(ranks))
     command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node", str(ranks), __file__,
-               "--all-reduce-worker", str(numel)]
+               "--all-reduce-worker", str(numel), "--backends", backend]
     done = subprocess.run(command, capture_output=True, text=True,
                           env={**os.environ, "OMP_NUM_THREADS": "1"})
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
-    seconds = json.loads(done.stdout.strip().splitlines()[-1])["all_reduce_s"]
-    return {"parameters": numel, "gradient_steps": steps, "all_reduce_s": seconds,
-            "per_update_s": seconds * steps}
+    timed = json.loads(done.stdout.strip().splitlines()[-1])
+    return {"parameters": numel, "gradient_steps": steps, "backend": timed["backend"],
+            "all_reduce_s": timed["all_reduce_s"], "per_update_s": timed["all_reduce_s"] * steps}
 
 
 def main(argv=None) -> int:
@@ -183,10 +191,13 @@ def main(argv=None) -> int:
     parser.add_argument("--independent", action="store_true",
                         help="also run N independent 1-rank jobs at once (one per core): the "
                              "machine's ceiling for N ranks without collectives")
+    parser.add_argument("--backends", nargs="+", default=["auto"],
+                        choices=["auto", "shm", "gloo"],
+                        help="train.dist_backend of the N-rank jobs, one job per entry")
     parser.add_argument("--all-reduce-worker", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.all_reduce_worker:     # this file, started by measure_all_reduce under torchrun
-        time_all_reduce(args.all_reduce_worker, repeats=500)
+        time_all_reduce(args.all_reduce_worker, args.backends[0], repeats=500)
         return 0
     cores = len(os.sched_getaffinity(0))
     if max(args.ranks) > cores:
@@ -204,16 +215,28 @@ def main(argv=None) -> int:
                 overrides = [token for key, value in args.set for token in (f"--{key}", value)]
                 if args.config:
                     overrides += ["--config", args.config]
-                result = measure(env, ranks, steps * ranks, Path(workdir), overrides)
-                baseline = baseline or result["sps"]
-                result["efficiency"] = result["sps"] / (ranks * baseline)
-                if ranks > 1:
-                    result["all_reduce"] = collective = measure_all_reduce(env, ranks, args.config, args.set)
-                    print(f"{env:12s} ranks {ranks:2d}  all-reduce of {collective['parameters']:,} "
-                          f"floats {collective['all_reduce_s'] * 1e6:.0f} us x "
-                          f"{collective['gradient_steps']} gradient steps = "
-                          f"{collective['per_update_s'] * 1e3:.1f} ms per update", flush=True)
-                results.append(result)
+                for backend in (["auto"] if ranks == 1 else args.backends):
+                    flags = overrides + (["--train.dist-backend", backend] if ranks > 1 else [])
+                    result = measure(env, ranks, steps * ranks, Path(workdir), flags)
+                    baseline = baseline or result["sps"]
+                    result["efficiency"] = result["sps"] / (ranks * baseline)
+                    label = ""
+                    if ranks > 1:
+                        result["backend"] = backend
+                        result["all_reduce"] = collective = measure_all_reduce(
+                            env, ranks, backend, args.config, args.set)
+                        label = f" {backend}"
+                        print(f"{env:12s} ranks {ranks:2d} {backend:4s}  all-reduce "
+                              f"({collective['backend']}) of {collective['parameters']:,} "
+                              f"floats {collective['all_reduce_s'] * 1e6:.0f} us x "
+                              f"{collective['gradient_steps']} gradient steps = "
+                              f"{collective['per_update_s'] * 1e3:.1f} ms per update", flush=True)
+                    results.append(result)
+                    print(f"{env:12s} ranks {ranks:2d}{label}  {result['sps']:12,.0f} SPS  "
+                          f"efficiency {result['efficiency']:.2f}  per update: rollout "
+                          f"{result['rollout_s'] * 1e3:.1f} ms, learn {result['learn_s'] * 1e3:.1f} ms  "
+                          f"({result['global_step']:,} steps, {result['updates']} updates)",
+                          flush=True)
                 if ranks > 1 and args.independent:
                     alone = measure_independent(env, ranks, steps, Path(workdir), overrides)
                     alone["efficiency"] = alone["sps"] / (ranks * baseline)
@@ -221,11 +244,6 @@ def main(argv=None) -> int:
                     print(f"{env:12s} {ranks:2d} independent 1-rank jobs  {alone['sps']:12,.0f} SPS "
                           f"(ceiling) efficiency {alone['efficiency']:.2f}  per job "
                           + ", ".join(f"{v:,.0f}" for v in alone["per_job_sps"]), flush=True)
-                print(f"{env:12s} ranks {ranks:2d}  {result['sps']:12,.0f} SPS  "
-                      f"efficiency {result['efficiency']:.2f}  per update: rollout "
-                      f"{result['rollout_s'] * 1e3:.1f} ms, learn {result['learn_s'] * 1e3:.1f} ms  "
-                      f"({result['global_step']:,} steps, {result['updates']} updates)",
-                      flush=True)
     # Other users' load shows here: on a shared machine it is the figures' error bar.
     print(f"# load average at the end {os.getloadavg()[0]:.2f}")
     if args.json:

@@ -111,7 +111,7 @@ def test_two_ranks_equal_one_process_and_resume_exactly_after_ctrl_c(tmp_path, m
     difference."""
     algorithm = ["--train.seed", "4", "--train.horizon", "16", "--train.update-epochs", "2",
                  "--train.checkpoint-interval", "0", "--train.tensorboard", "false"]
-    shared = ["--detach", *algorithm]
+    shared = ["--detach", *algorithm, "--train.dist-backend", "shm"]   # "auto" picks it too
     run_dir = tmp_path / "run"
     torchrun = [*TORCHRUN, "--standalone", "--nproc-per-node", "2", WORKER, "train"]
     job = subprocess.Popen([*torchrun, "cartpole", *shared, "--run-dir", str(run_dir),

@@ -87,8 +87,9 @@ class TrainConfig:
     teacher_coef: float = 1.0        # initial weight of the teacher term (-log pi(teacher action))
     teacher_steps: int = 0           # steps over which that weight decays linearly to 0;
     #                                  0 = constant for the whole run
-    dist_backend: str = "auto"       # torch.distributed backend with several ranks (torchrun,
-    #                                  --nproc): "auto" = nccl on CUDA, gloo on CPU
+    dist_backend: str = "auto"       # collectives with several ranks (torchrun, --nproc):
+    #                                  "auto" = nccl on CUDA; on CPU "shm" (shared-memory
+    #                                  sums) when every rank is on this machine, else gloo
     dist_timeout: float = 60.0       # seconds a collective may wait for a missing rank
     compile: bool = False            # torch.compile the rollout's forward + sampling and the
     #                                  minibatch loss + backward, once at construction
@@ -116,7 +117,7 @@ CHOICES = {
     ("vec", "backend"): ("native", "serial", "multiprocessing", "device"),
     ("train", "device"): ("cpu", "cuda", "auto"),
     ("train", "precision"): ("fp32", "bf16"),
-    ("train", "dist_backend"): ("auto", "gloo", "nccl"),
+    ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),
 }

@@ -34,6 +34,14 @@ divided by the world size, and each parameter's `.grad` becomes a view of that
 buffer (no copy back). Gradient-norm clipping and Adam then see the global
 gradient on every rank.
 
+Which collective. `train.dist_backend = "auto"` takes NCCL on CUDA. On the CPU,
+when every rank runs on this machine (torchrun's LOCAL_WORLD_SIZE equals the
+world size) it sums through shared memory (local_reduce.py: a few tens of
+microseconds where gloo's loopback TCP takes about a millisecond, and no I/O
+threads competing with the ranks for cores), with a gloo process group kept for
+the rare collectives (the run directory's broadcast, checkpoint gathers);
+across machines it takes gloo. `"gloo"`, `"shm"` and `"nccl"` force one.
+
 Other collectives, all on small buffers: once per epoch, the advantage sums
 (count, sum, sum of squares per minibatch, float64) so that every rank normalises
 its share of global minibatch k with the statistics of the whole global minibatch;
@@ -71,6 +79,7 @@ import torch
 import torch.distributed as torch_dist
 
 from ..envs.native_env import EpisodeStats
+from . import local_reduce
 
 # Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.
 RANK_KEYS = ("torch_rng", "generator", "next_starts", "env_state", "lstm_state",
@@ -96,13 +105,36 @@ def unit_seed(seed: int, unit: int) -> int:
     return vector_unit_seed(seed, unit)
 
 
-def resolve_backend(name: str, device: torch.device) -> str:
+def resolve_backend(name: str, device: torch.device, one_machine: bool = False) -> str:
+    """The collective path: "nccl", "gloo", or "shm" (a gloo process group, sums
+    through shared memory). `one_machine`: every rank runs on this machine."""
     if name == "auto":
-        return "nccl" if device.type == "cuda" and torch_dist.is_nccl_available() else "gloo"
+        if device.type == "cuda" and torch_dist.is_nccl_available():
+            return "nccl"
+        if device.type == "cpu" and one_machine and local_reduce.supported():
+            return "shm"
+        return "gloo"
     if name == "nccl" and device.type != "cuda":
         raise ValueError("train.dist_backend = 'nccl' needs train.device = 'cuda' (or 'auto' "
                          "with a GPU); use 'gloo' or 'auto' on CPU")
+    if name == "shm":
+        if device.type != "cpu":
+            raise ValueError("train.dist_backend = 'shm' sums CPU tensors; it needs "
+                             "train.device = 'cpu' (use 'nccl' or 'auto' on CUDA)")
+        if not one_machine:
+            raise ValueError("train.dist_backend = 'shm' needs every rank on this machine "
+                             "(torchrun --nnodes 1); use 'gloo' or 'auto' across machines")
+        if not local_reduce.supported():
+            raise ValueError("train.dist_backend = 'shm' needs an x86 CPU; use 'gloo' or 'auto'")
     return name
+
+
+def one_machine(environ=os.environ) -> bool:
+    """True when torchrun started every rank on this machine."""
+    try:
+        return int(environ.get("LOCAL_WORLD_SIZE", "0")) == int(environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return False
 
 
 def check_world_size(state: dict, world_size: int) -> None:
@@ -158,10 +190,15 @@ class DataParallel:
             device = torch.device("cuda", self.local_rank % torch.cuda.device_count())
             torch.cuda.set_device(device)
         self.device = device
-        self.backend = resolve_backend(t.dist_backend, device)
+        self.backend = resolve_backend(t.dist_backend, device, one_machine())
         # Collective buffers live where the backend wants them.
         self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
-        torch_dist.init_process_group(self.backend, timeout=timedelta(seconds=t.dist_timeout))
+        torch_dist.init_process_group("gloo" if self.backend == "shm" else self.backend,
+                                      timeout=timedelta(seconds=t.dist_timeout))
+        self.local = None            # the shared-memory sums ("shm")
+        if self.backend == "shm":
+            self.local = local_reduce.LocalAllReduce(self.rank, self.world_size, self.broadcast,
+                                                     torch_dist.barrier, t.dist_timeout)
         self.units_per_rank = 1 if vec.backend == "native" else vec.num_workers
         self.stop_source = None      # callable -> bool: this rank's stop request
         self.stopping = False        # every rank's agreed stop (after reduce_update)
@@ -179,10 +216,17 @@ class DataParallel:
         return unit_seed(seed, self.rank)
 
     # ---- collectives ------------------------------------------------------------
+    def _all_reduce(self, buffer: torch.Tensor) -> None:
+        """`buffer` (on comm_device) becomes its sum over the ranks."""
+        if self.local is not None:
+            self.local.all_reduce_(buffer)
+        else:
+            torch_dist.all_reduce(buffer)
+
     def _sum(self, values: torch.Tensor) -> torch.Tensor:
         """Element-wise sum over ranks of a small tensor (returned on its own device)."""
         buffer = values.to(self.comm_device)
-        torch_dist.all_reduce(buffer)
+        self._all_reduce(buffer)
         return buffer.to(values.device)
 
     def average_gradients(self, parameters) -> None:
@@ -190,7 +234,7 @@ class DataParallel:
         parameters = [p for p in parameters if p.requires_grad]
         flat = torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None
                           else p.grad.reshape(-1) for p in parameters])
-        torch_dist.all_reduce(flat)
+        self._all_reduce(flat)
         flat.div_(self.world_size)
         for parameter, grad in zip(parameters, flat.split([p.numel() for p in parameters])):
             parameter.grad = grad.view_as(parameter)
@@ -263,6 +307,9 @@ class DataParallel:
               f"{type(error).__name__}: {error}", file=sys.stderr, flush=True)
 
     def close(self) -> None:
+        if self.local is not None:
+            self.local.close()
+            self.local = None
         if torch_dist.is_initialized():
             torch_dist.destroy_process_group()
 

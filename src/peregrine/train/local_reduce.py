@@ -1,0 +1,188 @@
+"""A shared-memory all-reduce for data-parallel ranks on one machine.
+
+gloo's all-reduce between two processes of one machine goes through loopback
+TCP: ~1 ms for the 11k-float gradient of a DroneSwarm policy, and its I/O
+threads compete with the ranks for the cores. A PPO update sends one gradient
+per minibatch, so on two cores the collectives were where data parallelism lost
+its second core (benchmarks/RESULTS.md, "DroneSwarm on two cores"). Here the
+ranks of one machine sum through one shared-memory segment instead: a rank
+copies its tensor into its own slot, publishes a sequence number, waits until
+every rank has published the same number, and adds the slots up.
+
+Layout. One segment: a 64-byte line per rank holding that rank's sequence
+number (int64), then two banks of `world_size` slots of `capacity` bytes. Call k
+uses bank k % 2. A rank writes bank k % 2 for call k+2 only after every rank
+has published k+1, which each did after it had finished reading call k's bank:
+two banks and the wait each call makes anyway are all the protection needed.
+
+Equal results. Every rank adds the slots in rank order (slot 0, then + slot 1,
+...), so every rank gets the same bits, and the parameters of ranks that apply
+the same averaged gradient stay identical, as they must (distributed.py).
+
+Waiting. A rank spins on the other ranks' sequence numbers for 50 us, then
+yields its core (`os.sched_yield`) for up to 10 ms, then sleeps in growing
+steps up to 1 ms, so a rank that is far ahead costs little CPU. A rank that waits longer than
+`timeout` seconds raises TimeoutError; a rank that dies makes torchrun stop the
+others long before that (as with gloo). Ordering relies on x86's stores being
+seen in program order (the slot before its sequence number), as
+peregrine.vector.processes does; `supported()` is False elsewhere and the
+trainer keeps gloo there.
+
+Segments. Rank 0 creates the segment and tells the others its name through the
+process group (one broadcast); once every rank has attached it (a barrier),
+rank 0 unlinks the name, so nothing is left behind in /dev/shm whatever way the
+job ends. A call larger than the capacity replaces the segment by a bigger one
+the same way; every rank makes the same calls with the same sizes (the trainer's
+collectives are the same sequence on every rank), so they all do it at the same
+call.
+"""
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from multiprocessing import resource_tracker, shared_memory
+
+import numpy as np
+import torch
+
+_LINE = 64                       # bytes per sequence number (one cache line each)
+# Waiting: a wait is the other ranks' jitter (one minibatch's backward against
+# another's: 1-2 ms on average with DroneSwarm's ~15 ms gradient steps on two
+# cores). A sleeping rank wakes late by up to its last sleep, so it first spins,
+# then yields (which costs nothing when no other task wants the core, and hands
+# the core over when ranks outnumber cores), and sleeps only after 10 ms.
+_SPIN_SECONDS = 50e-6
+_YIELD_SECONDS = 10e-3
+_MAX_SLEEP = 1e-3                # sleeps double from 10 us up to this
+_MIN_CAPACITY = 1 << 16          # bytes per slot at least
+
+
+def supported() -> bool:
+    """True where the busy-wait's ordering holds (x86: stores are seen in order)."""
+    return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
+
+
+def _round_up(value: int, multiple: int) -> int:
+    return -(-value // multiple) * multiple
+
+
+class LocalAllReduce:
+    """In-place sum over the ranks of one machine, through shared memory.
+
+    `exchange(value)` is rank 0's `value` on every rank and `barrier()` waits for
+    every rank: the process group's own collectives, used only to set up a segment.
+    """
+
+    def __init__(self, rank: int, world_size: int, exchange, barrier, timeout: float = 60.0):
+        if not supported():
+            raise RuntimeError(f"the shared-memory all-reduce needs an x86 CPU, this one is "
+                               f"{platform.machine()!r}; use train.dist_backend = 'gloo'")
+        self.rank, self.world_size, self.timeout = rank, world_size, float(timeout)
+        self._exchange, self._barrier = exchange, barrier
+        self._shm = None
+        self._capacity = 0
+        self._calls = 0
+        self._allocate(_MIN_CAPACITY)
+
+    # ---- the segment -------------------------------------------------------------
+    def _allocate(self, capacity: int) -> None:
+        capacity = _round_up(max(capacity, _MIN_CAPACITY), _LINE)
+        header = self.world_size * _LINE
+        size = header + 2 * self.world_size * capacity
+        created = None
+        if self.rank == 0:
+            created = shared_memory.SharedMemory(create=True, size=size)
+            name = self._exchange(created.name)
+        else:
+            name = self._exchange(None)
+        shm = created if created is not None else _attach(name)
+        self._barrier()                 # every rank holds a mapping ...
+        if created is not None:
+            created.unlink()            # ... so the name can go now
+        self._barrier()
+        self._release()
+        self._shm, self._capacity = shm, capacity
+        words = np.frombuffer(shm.buf, np.int64, count=header // 8)
+        # Each rank's sequence number, one cache line apart; the new segment starts at 0.
+        self._sequence = words[::_LINE // 8]
+        self._calls = 0
+        self._offsets = [[header + (bank * self.world_size + r) * capacity
+                          for r in range(self.world_size)] for bank in (0, 1)]
+        self._views = {}                # (dtype, numel) -> both banks' slot tensors
+
+    def _slots(self, bank: int, dtype: torch.dtype, numel: int) -> list:
+        banks = self._views.get((dtype, numel))
+        if banks is None:
+            banks = self._views[(dtype, numel)] = [
+                [torch.frombuffer(self._shm.buf, dtype=dtype, count=numel, offset=offset)
+                 for offset in offsets] for offsets in self._offsets]
+        return banks[bank]
+
+    def _release(self) -> None:
+        if self._shm is not None:
+            self._sequence = self._views = None      # views of the mapping go first
+            self._shm.close()
+            self._shm = None
+
+    def close(self) -> None:
+        self._release()
+
+    # ---- the collective ----------------------------------------------------------
+    def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` (CPU, contiguous) becomes the sum of every rank's `tensor`;
+        returns it. Every rank must call with the same shape and dtype, in the same
+        order as its other collectives."""
+        if tensor.device.type != "cpu" or not tensor.is_contiguous():
+            raise ValueError("the shared-memory all-reduce takes contiguous CPU tensors")
+        flat = tensor.view(-1)
+        if flat.numel() == 0:
+            return tensor
+        nbytes = flat.numel() * flat.element_size()
+        if nbytes > self._capacity:
+            self._allocate(2 * nbytes)
+        self._calls += 1
+        call = self._calls
+        slots = self._slots(call % 2, flat.dtype, flat.numel())
+        with torch.no_grad():
+            slots[self.rank].copy_(flat)
+            self._sequence[self.rank] = call      # published after the slot's stores
+            self._wait(call)
+            flat.copy_(slots[0])
+            for other in slots[1:]:
+                flat.add_(other)
+        return tensor
+
+    def _wait(self, call: int) -> None:
+        sequence = self._sequence
+        if int(sequence.min()) >= call:
+            return
+        start = time.perf_counter()
+        pause = 10e-6
+        while True:
+            if int(sequence.min()) >= call:
+                return
+            waited = time.perf_counter() - start
+            if waited < _SPIN_SECONDS:
+                continue
+            if waited < _YIELD_SECONDS:
+                os.sched_yield()
+                continue
+            if waited > self.timeout:
+                late = [r for r in range(self.world_size) if int(sequence[r]) < call]
+                raise TimeoutError(f"rank {self.rank}: rank(s) {late} did not reach collective "
+                                   f"{call} within train.dist_timeout = {self.timeout:g} s")
+            time.sleep(pause)
+            pause = min(2 * pause, _MAX_SLEEP)
+
+
+def _attach(name: str) -> shared_memory.SharedMemory:
+    """Maps rank 0's segment without registering it with this process's resource
+    tracker (rank 0 owns and unlinks it; before Python 3.13 every attach registered
+    it, and the tracker would then try to unlink it again at exit)."""
+    if sys.version_info >= (3, 13):
+        return shared_memory.SharedMemory(name=name, track=False)
+    shm = shared_memory.SharedMemory(name=name)
+    resource_tracker.unregister(shm._name, "shared_memory")  # noqa: SLF001 - see docstring
+    return shm
