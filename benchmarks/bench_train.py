@@ -90,6 +90,9 @@ from peregrine.train.advantages import gae_scan  # noqa: E402
 from peregrine.train.ppo import Trainer, compute_gae  # noqa: E402
 
 
+SOLVE_RETURN = 475.0
+
+
 def torch_gae(rewards, values, dones, last_value, gamma, lam, out):
     """The torch path of compute_gae (used off-CPU: advantages.gae_scan), timed here on CPU."""
     return out.copy_(gae_scan(rewards, values, dones, last_value, gamma, lam))
