@@ -30,7 +30,8 @@ Parts:
               DroneSwarm config; then steps to a mean return of 475 (sync vs
               overlap) for the shipped CartPole config on --seeds and for
               THROUGHPUT_SOLVES on two seeds; beside them, two data-parallel
-              ranks against one (bench_distributed.py). Not in the default set.
+              ranks against one (bench_distributed.py), with the same global
+              batch and with the same batch per rank. Not in the default set.
   split       vec.split = 2 (the native batch as two halves stepped alternately, each
               half's env step on a worker thread beside the other half's forward)
               against vec.split = 1, each pinned with `taskset -c 0,1` (and `-c 0`
@@ -188,9 +189,13 @@ def pinned_child(spec: str) -> None:
 
 
 def data_parallel_rows(cartpole_steps: int, drone_steps: int, repeats: int = 1) -> list[dict]:
-    """The other way to use two cores: two data-parallel ranks (torchrun, gloo; see
-    bench_distributed.py) against one, same global batch and minibatch (each rank gets
-    half the envs and half the minibatch), pinned to cores 0 and 0,1 like the rows above."""
+    """The other way to use two cores: two data-parallel ranks (torchrun; on one machine
+    they sum through shared memory, see bench_distributed.py) against one, pinned to
+    cores 0 and 0,1 like the rows above. Two ways to give the ranks their batch: the
+    same global batch and minibatch as the one rank (each rank half the envs and half
+    the minibatch: the same algorithm, less work per gradient step), and the one rank's
+    batch on each rank (the global batch and minibatch double: the same work per
+    gradient step, the data-parallel scaling of bench_distributed.py)."""
     import tempfile
     from pathlib import Path
 
@@ -200,21 +205,24 @@ def data_parallel_rows(cartpole_steps: int, drone_steps: int, repeats: int = 1) 
         for env_name, steps, base in (("cartpole", cartpole_steps, THROUGHPUT_SOLVES),
                                       ("drone_swarm", drone_steps, [])):
             config = load_config(env_name, overrides=base)
+            flags = [f"--{key}={value}" for key, value in base] + ["--train.stop-return=0"]
+            halves = [f"--vec.num-envs={config.vec.num_envs // 2}",
+                      f"--train.minibatch-size={config.train.minibatch_size // 2}"]
 
-            def pair():
-                runs = {}
-                for ranks in (1, 2):
-                    flags = [f"--{key}={value}" for key, value in base]
-                    flags += [f"--vec.num-envs={config.vec.num_envs // ranks}",
-                              f"--train.minibatch-size={config.train.minibatch_size // ranks}",
-                              "--train.stop-return=0"]
-                    runs[ranks] = measure(env_name, ranks, steps, Path(workdir), flags)
-                return runs
-            sps = {ranks: run["sps"] for ranks, run in best_of(repeats, pair).items()}
-            rows.append({"env": env_name, "sps_1_rank": sps[1], "sps_2_ranks": sps[2],
-                         "scaling": sps[2] / sps[1]})
-            print(f"overlap part: {env_name} data-parallel: 1 rank {sps[1]:,.0f} SPS, 2 ranks "
-                  f"{sps[2]:,.0f} SPS (x{sps[2] / sps[1]:.2f})", flush=True)
+            def jobs():
+                return {"1 rank": measure(env_name, 1, steps, Path(workdir), flags),
+                        "2 ranks, same global batch": measure(env_name, 2, steps, Path(workdir),
+                                                              flags + halves),
+                        "2 ranks, same batch per rank": measure(env_name, 2, 2 * steps,
+                                                                Path(workdir), flags)}
+            sps = {key: run["sps"] for key, run in best_of(repeats, jobs).items()}
+            for key in ("2 ranks, same global batch", "2 ranks, same batch per rank"):
+                rows.append({"env": env_name, "batch": key[len("2 ranks, "):],
+                             "sps_1_rank": sps["1 rank"], "sps_2_ranks": sps[key],
+                             "scaling": sps[key] / sps["1 rank"]})
+                print(f"overlap part: {env_name} data-parallel, {key[len('2 ranks, '):]}: 1 rank "
+                      f"{sps['1 rank']:,.0f} SPS, 2 ranks {sps[key]:,.0f} SPS "
+                      f"(x{sps[key] / sps['1 rank']:.2f})", flush=True)
     return rows
 
 
