@@ -116,3 +116,16 @@ def test_the_backend_choice_takes_shared_memory_only_on_one_machine_and_cpu():
     assert distributed.one_machine({"LOCAL_WORLD_SIZE": "2", "WORLD_SIZE": "2"})
     assert not distributed.one_machine({"LOCAL_WORLD_SIZE": "1", "WORLD_SIZE": "2"})
     assert not distributed.one_machine({"WORLD_SIZE": "2"})
+
+
+def test_closing_after_a_timeout_keeps_the_timeout_error():
+    """The trainer closes the reducer in its clean-up, while the TimeoutError's
+    traceback still holds the wait's view of the sequence numbers: close() must not
+    replace that error with a BufferError."""
+    reducer = local_reduce.LocalAllReduce(0, 2, lambda value: value, lambda: None,
+                                          timeout=0.05)       # rank 1 never comes
+    with pytest.raises(TimeoutError):
+        try:
+            reducer.all_reduce_(torch.ones(4))
+        finally:
+            reducer.close()

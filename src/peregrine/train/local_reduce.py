@@ -129,7 +129,12 @@ class LocalAllReduce:
     def _release(self) -> None:
         if self._shm is not None:
             self._sequence = self._views = None      # views of the mapping go first
-            self._shm.close()
+            try:
+                self._shm.close()
+            except BufferError:
+                # A view is still alive (a traceback's frame holding a slot, say):
+                # the mapping goes with the process; its name is already unlinked.
+                pass
             self._shm = None
 
     def close(self) -> None:
@@ -177,6 +182,7 @@ class LocalAllReduce:
                 continue
             if waited > self.timeout:
                 late = [r for r in range(self.world_size) if int(sequence[r]) < call]
+                del sequence    # the traceback must not hold a view: close() could not unmap
                 raise TimeoutError(f"rank {self.rank}: rank(s) {late} did not reach collective "
                                    f"{call} within train.dist_timeout = {self.timeout:g} s")
             time.sleep(pause)
