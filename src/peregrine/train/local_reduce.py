@@ -128,12 +128,15 @@ class LocalAllReduce:
 
     def _release(self) -> None:
         if self._shm is not None:
-            self._sequence = self._views = None      # views of the mapping go first
+            # The slot tensors (torch.frombuffer) do not keep the mapping alive, so
+            # they must not outlive it: they never leave this object, and go first.
+            self._sequence = self._views = None
             try:
                 self._shm.close()
             except BufferError:
-                # A view is still alive (a traceback's frame holding a slot, say):
-                # the mapping goes with the process; its name is already unlinked.
+                # A NumPy view of the sequence numbers is still alive (the frame of a
+                # wait that was interrupted, say): the mapping goes with the process;
+                # its name is already unlinked.
                 pass
             self._shm = None
 
