@@ -151,11 +151,11 @@ def time_all_reduce(numel: int, backend: str, repeats: int) -> None:
     dist = DataParallel(config)
     buffer = torch.zeros(numel)
     for _ in range(20):                 # connections and buffers warmed up
-        dist._all_reduce(buffer)
+        dist.all_reduce(buffer)
     torch.distributed.barrier()
     start = time.perf_counter()
     for _ in range(repeats):
-        dist._all_reduce(buffer)
+        dist.all_reduce(buffer)
     seconds = (time.perf_counter() - start) / repeats
     if dist.is_main:
         print(json.dumps({"all_reduce_s": seconds, "backend": dist.backend}), flush=True)

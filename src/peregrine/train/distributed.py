@@ -216,7 +216,7 @@ class DataParallel:
         return unit_seed(seed, self.rank)
 
     # ---- collectives ------------------------------------------------------------
-    def _all_reduce(self, buffer: torch.Tensor) -> None:
+    def all_reduce(self, buffer: torch.Tensor) -> None:
         """`buffer` (on comm_device) becomes its sum over the ranks."""
         if self.local is not None:
             self.local.all_reduce_(buffer)
@@ -226,7 +226,7 @@ class DataParallel:
     def _sum(self, values: torch.Tensor) -> torch.Tensor:
         """Element-wise sum over ranks of a small tensor (returned on its own device)."""
         buffer = values.to(self.comm_device)
-        self._all_reduce(buffer)
+        self.all_reduce(buffer)
         return buffer.to(values.device)
 
     def average_gradients(self, parameters) -> None:
@@ -234,7 +234,7 @@ class DataParallel:
         parameters = [p for p in parameters if p.requires_grad]
         flat = torch.cat([torch.zeros(p.numel(), device=p.device) if p.grad is None
                           else p.grad.reshape(-1) for p in parameters])
-        self._all_reduce(flat)
+        self.all_reduce(flat)
         flat.div_(self.world_size)
         for parameter, grad in zip(parameters, flat.split([p.numel() for p in parameters])):
             parameter.grad = grad.view_as(parameter)
