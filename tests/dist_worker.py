@@ -40,11 +40,8 @@ def _row_keyed_uniform(rows: int) -> torch.Tensor:
 
 
 def _sample_categorical(logits, generator):
-    log_probs = torch.log_softmax(logits, dim=-1)
-    cdf = log_probs.exp().cumsum(-1)
-    uniform = _row_keyed_uniform(logits.shape[0]).unsqueeze(1)
-    actions = (cdf < uniform).sum(-1).clamp_(max=logits.shape[-1] - 1)
-    return actions, log_probs.gather(-1, actions.unsqueeze(-1)).squeeze(-1)
+    """The trainer's own inverse-CDF draw, fed row-keyed uniforms."""
+    return Policy._categorical_from(logits, _row_keyed_uniform(logits.shape[0]).unsqueeze(1))
 
 
 def install() -> None:

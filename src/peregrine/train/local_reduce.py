@@ -67,10 +67,6 @@ def supported() -> bool:
     return platform.machine().lower() in ("x86_64", "amd64", "i386", "i686", "x86")
 
 
-def _round_up(value: int, multiple: int) -> int:
-    return -(-value // multiple) * multiple
-
-
 class LocalAllReduce:
     """In-place sum over the ranks of one machine, through shared memory.
 
@@ -94,7 +90,7 @@ class LocalAllReduce:
 
     # ---- the segment -------------------------------------------------------------
     def _allocate(self, capacity: int) -> None:
-        capacity = _round_up(max(capacity, _MIN_CAPACITY), _LINE)
+        capacity = -(-max(capacity, _MIN_CAPACITY) // _LINE) * _LINE    # whole lines
         header = self.world_size * _LINE
         size = header + 2 * self.world_size * capacity
         created = None
