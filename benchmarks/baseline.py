@@ -1,0 +1,520 @@
+"""Saved benchmark baselines and regression verdicts that respect a noisy machine.
+
+    python benchmarks/baseline.py save main              # name the code as it is now
+    python benchmarks/baseline.py compare main           # exit 1 on a regression
+    python benchmarks/baseline.py list
+
+The suite is pytest-benchmark's (benchmarks/test_bench_*.py). One *session*
+is one `pytest benchmarks/ --benchmark-only --benchmark-json=...` process run
+with one tree's `src/` first on PYTHONPATH; the benchmark files are always
+the working tree's, so both sides of a comparison measure the same thing.
+
+`save NAME` records which code the baseline is (a commit: HEAD, or with
+uncommitted changes to tracked files a `git stash create` snapshot of them,
+kept alive by the ref refs/peregrine-bench/NAME; `--rev` names another
+commit), runs `--sessions` sessions of it, and writes
+.benchmarks/baselines/NAME.json: the commit, the machine (CPU model, cores,
+library versions, load average before and after every session) and every
+session's figures.
+
+`compare NAME` checks the baseline's code out into a git worktree
+(.benchmarks/worktrees/<commit>, its C extension built once), then runs
+sessions of the baseline and of the working tree alternately, in ABBA order
+(B C, C B, B C, ...), so load from other jobs and slow drifts of the machine
+hit both sides alike. It prints, per benchmark, both sides' best time, their
+ratio, each side's spread, each side as a multiple of the reference measured
+in the same session (one step of the NumPy CartPole, test_bench_system.py)
+and a verdict; it writes the whole report to .benchmarks/compare/. Exit
+codes: 0 no regression, 1 a regression (or a benchmark that ran on the
+baseline fails on the working tree), 2 refused (unknown baseline, different
+machine, different sizes), 3 a session could not run.
+
+The verdict, per benchmark (`verdict()`): each session gives the benchmark's
+best (minimum) time per call; over the sessions, `best_X` is the minimum and
+`spread_X` = max / min - 1 of one side's session minima. Then
+
+    ratio = best_current / best_baseline
+    REGRESSION  if ratio - 1      > max(threshold, spread_baseline, spread_current)
+    faster      if 1 / ratio - 1  > the same bound
+    same        otherwise
+
+Why this statistic: on a shared machine noise only ever adds time, so the
+minimum is the steadiest estimate of what the code costs (min-of-N); the
+spread of one code's session minima is this machine's noise measured during
+this very comparison, so a difference is called only outside it: ratio - 1 >
+spread_baseline means every current session was slower than every baseline
+session, and > spread_current that the gap exceeds the current code's own
+scatter; `--threshold` (default 10%) is the smallest change worth failing a
+build for, and absorbs code-layout effects that separate builds of the same
+source can show. With 3 sessions a side, complete separation alone happens
+by chance with probability 1/20 per benchmark for identical code (1/70 with
+4, 1/252 with 5); the two further conditions make a false alarm much rarer.
+A noisy machine widens the band (a regression smaller than the noise is not
+called: rerun on a quieter machine, or with more sessions); it never makes a
+verdict up.
+
+`compare --stored` skips the worktree and compares the working tree's
+sessions with the figures saved in the baseline, each divided by its own
+session's reference (the machine's speed then cancels to first order); it
+refuses a baseline saved on another machine (CPU model, core count,
+architecture) unless --allow-cross-machine, and flags different library
+versions. Prefer the interleaved default: it is the one whose verdicts the
+ten-in-a-row self-comparison in benchmarks/RESULTS.md was measured with.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH_DIR = Path(__file__).resolve().parent
+ROOT = BENCH_DIR.parent
+REFERENCE = "test_reference_numpy_cartpole"
+# What makes two machines "the same" for a comparison of stored figures.
+MACHINE_KEYS = ("cpu_model", "logical_cores", "usable_cores", "architecture")
+LIBRARY_KEYS = ("python", "numpy", "torch", "gymnasium")
+DEFAULT_THRESHOLD = 0.10
+DEFAULT_SESSIONS = 3
+EXIT_OK, EXIT_REGRESSION, EXIT_REFUSED, EXIT_SESSION_FAILED = 0, 1, 2, 3
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
+
+
+class Refused(Exception):
+    """A comparison that would not mean anything (exit 2)."""
+
+
+class SessionFailed(Exception):
+    """A benchmark session did not produce results (exit 3)."""
+
+
+# ---- the verdict --------------------------------------------------------------------
+def spread(values) -> float:
+    """max / min - 1 of a side's session minima (NaN for fewer than two)."""
+    values = [v for v in values if v > 0 and math.isfinite(v)]
+    return max(values) / min(values) - 1 if len(values) >= 2 else math.nan
+
+
+def verdict(baseline, current, threshold: float = DEFAULT_THRESHOLD) -> dict:
+    """The verdict for one benchmark from each side's per-session minimum times
+    (seconds per call, or any figure where smaller is better)."""
+    baseline = [v for v in baseline if v > 0 and math.isfinite(v)]
+    current = [v for v in current if v > 0 and math.isfinite(v)]
+    if not baseline or not current:
+        return {"verdict": "missing on current" if baseline else "new", "ratio": math.nan,
+                "band": math.nan, "spread_baseline": spread(baseline),
+                "spread_current": spread(current)}
+    ratio = min(current) / min(baseline)
+    spreads = [s for s in (spread(baseline), spread(current)) if s == s]
+    band = max([threshold, *spreads])
+    if ratio - 1 > band:
+        outcome = "REGRESSION"
+    elif 1 / ratio - 1 > band:
+        outcome = "faster"
+    else:
+        outcome = "same"
+    return {"verdict": outcome, "ratio": ratio, "band": band,
+            "spread_baseline": spread(baseline), "spread_current": spread(current)}
+
+
+def session_order(sessions: int) -> list[str]:
+    """ABBA interleaving: baseline, current, current, baseline, baseline, ..."""
+    order = []
+    for index in range(sessions):
+        order += ["baseline", "current"] if index % 2 == 0 else ["current", "baseline"]
+    return order
+
+
+# ---- machines -------------------------------------------------------------------------
+def _machine_facts() -> dict:
+    sys.path.insert(0, str(ROOT / "src"))
+    try:
+        from peregrine.profile.machine import machine_facts
+    finally:
+        sys.path.pop(0)
+    return machine_facts()
+
+
+def machine_differences(saved: dict, now: dict, keys) -> list[str]:
+    return [f"{key}: {saved.get(key)!r} then, {now.get(key)!r} now"
+            for key in keys if saved.get(key) != now.get(key)]
+
+
+# ---- git --------------------------------------------------------------------------------
+def git(*args, cwd=ROOT) -> str:
+    result = subprocess.run(["git", *args], cwd=cwd, capture_output=True, text=True)
+    if result.returncode != 0:
+        raise Refused(f"git {' '.join(args)} failed: {result.stderr.strip()}")
+    return result.stdout.strip()
+
+
+def snapshot_code(name: str, rev: str | None) -> dict:
+    """The commit that holds the code of baseline `name`."""
+    if rev is not None:
+        return {"commit": git("rev-parse", "--verify", f"{rev}^{{commit}}"), "source": rev,
+                "working_tree": False}
+    commit = git("rev-parse", "HEAD")
+    snapshot = git("stash", "create")   # a commit of the tracked changes; '' when clean
+    untracked = [line[3:] for line in git("status", "--porcelain", "--", "src").splitlines()
+                 if line.startswith("??")]
+    if untracked:
+        print(f"warning: untracked files under src/ are not part of the baseline's commit "
+              f"(only of this save's figures): {', '.join(untracked)}", file=sys.stderr)
+    if snapshot:
+        git("update-ref", f"refs/peregrine-bench/{name}", snapshot)
+        return {"commit": snapshot, "source": f"uncommitted changes on {commit[:12]}",
+                "working_tree": True}
+    return {"commit": commit, "source": "HEAD", "working_tree": True}
+
+
+def worktree_source(store: Path, commit: str) -> Path:
+    """`src/` of a worktree of `commit` with its C extension built (kept for reuse)."""
+    path = store / "worktrees" / commit[:16]
+    if not (path / ".git").exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        git("worktree", "add", "--detach", "--force", str(path), commit)
+    stamp = path / ".peregrine-bench-built"
+    if not stamp.exists():
+        print(f"building the C extension of {commit[:12]} in {path} ...", file=sys.stderr)
+        build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
+                               cwd=path, capture_output=True, text=True)
+        if build.returncode != 0:
+            raise SessionFailed(f"building {commit[:12]} failed:\n{build.stderr[-4000:]}")
+        stamp.write_text(commit + "\n")
+    return path / "src"
+
+
+# ---- sessions -----------------------------------------------------------------------
+def _load():
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def run_session(source: Path, output: Path, select: str | None, tiny: bool,
+                max_time: float) -> dict:
+    """One pytest-benchmark process measuring the code in `source`; its figures."""
+    command = [sys.executable, "-m", "pytest", str(BENCH_DIR), "-q", "-p", "no:cacheprovider",
+               "--benchmark-only", f"--benchmark-json={output}", f"--benchmark-max-time={max_time}",
+               "--benchmark-min-rounds=5", "--benchmark-disable-gc", "-W", "ignore"]
+    if select:
+        command += ["-k", f"({select}) or {REFERENCE}"]
+    environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
+        [str(source), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    environment.pop("PEREGRINE_BENCH_TINY", None)
+    if tiny:
+        environment["PEREGRINE_BENCH_TINY"] = "1"
+    output.parent.mkdir(parents=True, exist_ok=True)
+    load_before, start = _load(), time.time()
+    result = subprocess.run(command, cwd=ROOT, env=environment, capture_output=True, text=True)
+    load_after = _load()
+    if result.returncode not in (0, 1) or not output.is_file():
+        raise SessionFailed(f"benchmark session for {source} exited {result.returncode}:\n"
+                            f"{(result.stdout + result.stderr)[-4000:]}")
+    data = json.loads(output.read_text())
+    measured = data["machine_info"].get("peregrine", {}).get("source", "")
+    if Path(measured).resolve() != (source / "peregrine").resolve():
+        raise SessionFailed(f"the session measured {measured}, not {source / 'peregrine'} "
+                            "(is PYTHONPATH overridden by an installed copy?)")
+    failed = sorted(set(re.findall(r"^(?:FAILED|ERROR) \S+::(\S+)", result.stdout, re.M)))
+    return {
+        "source": str(source), "started": start, "seconds": time.time() - start,
+        "load_before_1_5_15": load_before, "load_after_1_5_15": load_after,
+        "failed": failed,
+        "reference_source_sha256": next(
+            (b["extra_info"].get("reference_source_sha256") for b in data["benchmarks"]
+             if b["name"] == REFERENCE), None),
+        "minimum": {b["name"]: b["stats"]["min"] for b in data["benchmarks"]},
+        "median": {b["name"]: b["stats"]["median"] for b in data["benchmarks"]},
+        "group": {b["name"]: b["group"] for b in data["benchmarks"]},
+    }
+
+
+def normalized(session: dict) -> dict:
+    """Each benchmark's minimum as a multiple of the session's reference minimum."""
+    reference = session["minimum"].get(REFERENCE)
+    if not reference:
+        return {}
+    return {name: value / reference for name, value in session["minimum"].items()}
+
+
+# ---- storage --------------------------------------------------------------------------
+def baseline_path(store: Path, name: str) -> Path:
+    return store / "baselines" / f"{name}.json"
+
+
+def write_json(path: Path, data) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    temporary.write_text(json.dumps(data, indent=1) + "\n")
+    os.replace(temporary, path)
+
+
+def stamp() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+
+
+# ---- commands -------------------------------------------------------------------------
+def command_save(args) -> int:
+    store = Path(args.store)
+    code = snapshot_code(args.name, args.rev)
+    source = ROOT / "src" if code["working_tree"] else worktree_source(store, code["commit"])
+    machine = _machine_facts()
+    sessions = []
+    scratch = store / "sessions" / f"{stamp()}-save-{args.name}"
+    for index in range(args.sessions):
+        print(f"session {index + 1}/{args.sessions} ...", file=sys.stderr, flush=True)
+        sessions.append(run_session(source, scratch / f"{index}.json", args.select, args.tiny,
+                                    args.max_time))
+    baseline = {"schema": "peregrine.bench-baseline/1", "name": args.name, "saved": stamp(),
+                "code": code, "machine": machine, "tiny": args.tiny, "select": args.select,
+                "sessions": sessions}
+    path = baseline_path(store, args.name)
+    write_json(path, baseline)
+    print(f"saved baseline {args.name!r}: {code['commit'][:12]} ({code['source']}), "
+          f"{len(sessions)} sessions, {len(sessions[0]['minimum'])} benchmarks -> {path}")
+    return EXIT_OK
+
+
+def _format_seconds(value: float) -> str:
+    if value != value:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value / 1e-9:.3g} ns"
+
+
+def analyse(baseline_sessions, current_sessions, threshold, use_normalized=False) -> list[dict]:
+    figure = normalized if use_normalized else (lambda session: session["minimum"])
+    base = [figure(s) for s in baseline_sessions]
+    cur = [figure(s) for s in current_sessions]
+    names = sorted({n for s in base + cur for n in s},
+                   key=lambda n: (n != REFERENCE, n))
+    failed_current = {n for s in current_sessions for n in s.get("failed", [])}
+    rows = []
+    for name in names:
+        b = [s[name] for s in base if name in s]
+        c = [s[name] for s in cur if name in s]
+        row = {"benchmark": name, **verdict(b, c, threshold),
+               "baseline_best": min(b) if b else math.nan,
+               "current_best": min(c) if c else math.nan,
+               "baseline_sessions": b, "current_sessions": c}
+        if not use_normalized:
+            nb = [normalized(s).get(name) for s in baseline_sessions]
+            nc = [normalized(s).get(name) for s in current_sessions]
+            nb, nc = [v for v in nb if v], [v for v in nc if v]
+            row["baseline_x_reference"] = statistics.median(nb) if nb else math.nan
+            row["current_x_reference"] = statistics.median(nc) if nc else math.nan
+        if name in failed_current and not c:
+            row["verdict"] = "FAILED on current"
+        rows.append(row)
+    return rows
+
+
+def report_table(rows, use_normalized=False) -> str:
+    unit = "x reference" if use_normalized else "best time"
+    lines = [f"{'benchmark':<46} {'baseline ' + unit:>18} {'current ' + unit:>18} "
+             f"{'ratio':>7} {'spread b/c':>13} {'x ref b -> c':>15}  verdict"]
+    for row in rows:
+        if use_normalized:
+            base, cur = f"{row['baseline_best']:.3g}", f"{row['current_best']:.3g}"
+            reference = ""
+        else:
+            base, cur = _format_seconds(row["baseline_best"]), _format_seconds(row["current_best"])
+            reference = f"{row['baseline_x_reference']:.3g} -> {row['current_x_reference']:.3g}"
+        spreads = f"{row['spread_baseline']:.0%}/{row['spread_current']:.0%}" \
+            if row["spread_baseline"] == row["spread_baseline"] else "-"
+        ratio = f"{row['ratio']:.3f}" if row["ratio"] == row["ratio"] else "-"
+        verdict_text = row["verdict"]
+        if row["verdict"] in ("REGRESSION", "faster"):
+            verdict_text += f" (beyond +-{row['band']:.0%})"
+        lines.append(f"{row['benchmark']:<46} {base:>18} {cur:>18} {ratio:>7} {spreads:>13} "
+                     f"{reference:>15}  {verdict_text}")
+    return "\n".join(lines)
+
+
+def _load_text(sessions) -> str:
+    before = [s["load_before_1_5_15"][0] for s in sessions if s.get("load_before_1_5_15")]
+    after = [s["load_after_1_5_15"][0] for s in sessions if s.get("load_after_1_5_15")]
+    values = before + after
+    return f"{min(values):.2f}-{max(values):.2f}" if values else "unknown"
+
+
+def command_compare(args) -> int:
+    store = Path(args.store)
+    path = baseline_path(store, args.name)
+    if not path.is_file():
+        known = sorted(p.stem for p in (store / "baselines").glob("*.json"))
+        raise Refused(f"no baseline named {args.name!r} in {store / 'baselines'} "
+                      f"(saved: {', '.join(known) or 'none'}; save one with "
+                      f"`python benchmarks/baseline.py save {args.name}`)")
+    saved = json.loads(path.read_text())
+    if bool(saved.get("tiny")) != bool(args.tiny):
+        raise Refused(f"baseline {args.name!r} was saved {'with' if saved.get('tiny') else 'without'} "
+                      "--tiny; sizes differ, the figures are not comparable")
+    machine = _machine_facts()
+    warnings = []
+    cross_machine = machine_differences(saved["machine"], machine, MACHINE_KEYS)
+    libraries = machine_differences(saved["machine"], machine, LIBRARY_KEYS)
+    if args.stored:
+        if cross_machine and not args.allow_cross_machine:
+            raise Refused("baseline saved on another machine: " + "; ".join(cross_machine) +
+                          " (compare interleaved, without --stored, or pass --allow-cross-machine)")
+        if cross_machine:
+            warnings.append("CROSS-MACHINE COMPARISON (--allow-cross-machine): "
+                            + "; ".join(cross_machine))
+        if libraries:
+            warnings.append("library versions differ from the baseline's: " + "; ".join(libraries))
+        warnings.append("stored figures: the baseline was measured at another time, not "
+                        "interleaved; verdicts are on multiples of each session's reference")
+    elif cross_machine:
+        warnings.append("the saved figures come from another machine (" + "; ".join(cross_machine) +
+                        "); the verdict uses only this run's interleaved sessions")
+    scratch = store / "sessions" / f"{stamp()}-compare-{args.name}"
+    sessions = {"baseline": [], "current": []}
+    if args.stored:
+        sessions["baseline"] = saved["sessions"]
+        order = ["current"] * args.sessions
+        sources = {"current": ROOT / "src"}
+    else:
+        order = session_order(args.sessions)
+        sources = {"baseline": worktree_source(store, saved["code"]["commit"]),
+                   "current": ROOT / "src"}
+    for index, side in enumerate(order):
+        print(f"session {index + 1}/{len(order)}: {side} ...", file=sys.stderr, flush=True)
+        sessions[side].append(run_session(sources[side], scratch / f"{index}-{side}.json",
+                                          args.select or saved.get("select"), args.tiny,
+                                          args.max_time))
+    hashes = {s["reference_source_sha256"] for side in sessions.values() for s in side}
+    if len(hashes - {None}) > 1:
+        warnings.append("the reference (envs/cartpole/reference.py) differs between the sides: "
+                        "the x-reference figures are not comparable across them")
+    rows = analyse(sessions["baseline"], sessions["current"], args.threshold,
+                   use_normalized=args.stored)
+    regressions = [r for r in rows if r["verdict"] in ("REGRESSION", "FAILED on current",
+                                                       "missing on current")]
+    all_sessions = sessions["baseline"] + sessions["current"]
+    header = [
+        f"baseline {args.name!r}: {saved['code']['commit'][:12]} ({saved['code']['source']}), "
+        f"saved {saved['saved']}",
+        f"current: the working tree ({ROOT})",
+        f"machine: {machine['cpu_model']}, {machine['usable_cores']} usable cores, "
+        f"host {machine['hostname']}; python {machine['python']}, numpy {machine['numpy']}, "
+        f"torch {machine['torch']}",
+        f"sessions: {len(sessions['baseline'])} baseline + {len(sessions['current'])} current"
+        + ("" if args.stored else " interleaved " + " ".join(s[0].upper() for s in order))
+        + f"; 1-min load average {_load_text(all_sessions)} "
+        f"(saved: {_load_text(saved['sessions'])})",
+        f"rule: regression when best-of-sessions ratio - 1 > max({args.threshold:.0%}, "
+        "spread of either side's session minima)",
+    ]
+    busy = [s for s in all_sessions
+            if (s.get("load_after_1_5_15") or [0])[0] > machine["usable_cores"]]
+    if busy:
+        warnings.append(f"{len(busy)} of {len(all_sessions)} sessions ended with the load average "
+                        f"above the {machine['usable_cores']} usable cores: the machine was shared")
+    text = "\n".join(header + [f"WARNING: {w}" for w in warnings] + ["", report_table(rows, args.stored)])
+    outcome = (f"\nverdict: REGRESSION in {len(regressions)} benchmark(s): "
+               + ", ".join(r["benchmark"] for r in regressions)) if regressions \
+        else "\nverdict: no regression"
+    print(text + outcome)
+    report = {"schema": "peregrine.bench-compare/1", "baseline": args.name, "saved": saved["code"],
+              "machine": machine, "warnings": warnings, "threshold": args.threshold,
+              "stored": args.stored, "order": order, "sessions": sessions, "rows": rows,
+              "regressions": [r["benchmark"] for r in regressions]}
+    report_path = store / "compare" / f"{stamp()}-{args.name}.json"
+    write_json(report_path, report)
+    print(f"report: {report_path}")
+    return EXIT_REGRESSION if regressions else EXIT_OK
+
+
+def command_list(args) -> int:
+    store = Path(args.store)
+    for path in sorted((store / "baselines").glob("*.json")):
+        saved = json.loads(path.read_text())
+        print(f"{saved['name']:<20} {saved['code']['commit'][:12]}  {saved['saved']}  "
+              f"{saved['machine']['cpu_model']} x{saved['machine']['usable_cores']}"
+              f"{'  (tiny)' if saved.get('tiny') else ''}  {saved['code']['source']}")
+    return EXIT_OK
+
+
+def command_clean(args) -> int:
+    """Removes the baseline worktrees (they are rebuilt on the next compare)."""
+    store = Path(args.store)
+    for path in sorted((store / "worktrees").glob("*")):
+        git("worktree", "remove", "--force", str(path))
+        print(f"removed {path}")
+    git("worktree", "prune")
+    return EXIT_OK
+
+
+def parser() -> argparse.ArgumentParser:
+    main = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    main.add_argument("--store", default=str(ROOT / ".benchmarks"),
+                      help="where baselines, worktrees and reports live (default .benchmarks/)")
+    commands = main.add_subparsers(dest="command", required=True)
+
+    def common(sub):
+        sub.add_argument("name", help="the baseline's name (letters, digits, . _ -)")
+        sub.add_argument("--sessions", type=int, default=DEFAULT_SESSIONS,
+                         help=f"sessions per side (default {DEFAULT_SESSIONS}; at least 2)")
+        sub.add_argument("-k", dest="select", default=None,
+                         help="pytest -k expression: only these benchmarks (the reference always runs)")
+        sub.add_argument("--tiny", action="store_true",
+                         help="PEREGRINE_BENCH_TINY sizes (a smoke run; not for real verdicts)")
+        sub.add_argument("--max-time", type=float, default=0.25,
+                         help="pytest-benchmark's --benchmark-max-time per benchmark (default 0.25 s)")
+
+    save = commands.add_parser("save", help="measure the code and save it as baseline NAME")
+    common(save)
+    save.add_argument("--rev", default=None,
+                      help="a commit to save instead of the working tree (measured in a worktree)")
+    compare = commands.add_parser("compare", help="compare the working tree against baseline NAME")
+    common(compare)
+    compare.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                         help=f"smallest slowdown called a regression (default {DEFAULT_THRESHOLD})")
+    compare.add_argument("--stored", action="store_true",
+                         help="compare with the saved figures instead of re-measuring the baseline")
+    compare.add_argument("--allow-cross-machine", action="store_true",
+                         help="with --stored: compare with a baseline saved on another machine")
+    commands.add_parser("list", help="the saved baselines")
+    commands.add_parser("clean", help="remove the baseline worktrees")
+    return main
+
+
+def main(argv=None) -> int:
+    args = parser().parse_args(argv)
+    if getattr(args, "name", None) is not None and not NAME.match(args.name):
+        print(f"baseline.py: bad name {args.name!r}: use letters, digits, '.', '_', '-'",
+              file=sys.stderr)
+        return EXIT_REFUSED
+    if getattr(args, "sessions", 2) < 2:
+        print(f"baseline.py: --sessions must be at least 2 (a spread needs two), got "
+              f"{args.sessions}", file=sys.stderr)
+        return EXIT_REFUSED
+    if getattr(args, "threshold", 0.0) < 0 or getattr(args, "max_time", 1.0) <= 0:
+        print("baseline.py: --threshold must be >= 0 and --max-time > 0", file=sys.stderr)
+        return EXIT_REFUSED
+    handlers = {"save": command_save, "compare": command_compare, "list": command_list,
+                "clean": command_clean}
+    try:
+        return handlers[args.command](args)
+    except Refused as error:
+        print(f"baseline.py: refused: {error}", file=sys.stderr)
+        return EXIT_REFUSED
+    except SessionFailed as error:
+        print(f"baseline.py: {error}", file=sys.stderr)
+        return EXIT_SESSION_FAILED
+
+
+if __name__ == "__main__":
+    sys.exit(main())
