@@ -37,3 +37,15 @@ def seconds(benchmark, statistic: str = "median") -> float:
     (--benchmark-disable: the call ran once, untimed)."""
     stats = getattr(benchmark, "stats", None)
     return float("nan") if stats is None else getattr(stats.stats, statistic)
+
+
+def cycling(step, inputs):
+    """A zero-argument call that steps with the next of `inputs` each time (round robin),
+    so a benchmark never times the drawing of random actions."""
+    position = {"i": 0}
+
+    def call():
+        position["i"] = (position["i"] + 1) % len(inputs)
+        step(inputs[position["i"]])
+
+    return call

@@ -13,7 +13,8 @@ trainer's vectorized GAE over [T, N]), policy_forward (a small torch MLP on
 [N, obs]), buffer_add (one rollout step written into preallocated torch
 storage), env_step_cost (per-env-step nanoseconds of every registered env, at 1 thread and
 all usable cores),
-and metrics_write (`MetricsWriter.update`, against one PPO update). Each test
+and metrics_write (`MetricsWriter.update` and the trainer's per-update
+resource sample, against one PPO update). Each test
 stores a throughput in `extra_info` (see --benchmark-json). Sizes are small
 so the whole suite takes well under a minute on 2 shared cores
 (PEREGRINE_BENCH_TINY=1: a few rows, for the smoke run, suite_common.py).
@@ -26,7 +27,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
-from suite_common import TINY, seconds, thread_counts, tiny_trainer_overrides  # noqa: E402
+from suite_common import TINY, cycling, seconds, thread_counts, tiny_trainer_overrides  # noqa: E402
 
 import peregrine  # noqa: E402
 from peregrine.envs.bench import action_pool  # noqa: E402
@@ -63,15 +64,8 @@ def test_vecenv_step(benchmark, num_threads):
 def test_env_step_cost(benchmark, name, num_threads):
     env = _make_or_skip(name, 16 if TINY else 1024, num_threads)
     env.reset(seed=0)
-    pool = action_pool(env, 8)
-    state = {"i": 0}
-
-    def step():
-        state["i"] = (state["i"] + 1) % len(pool)
-        env.step(pool[state["i"]])
-
     benchmark.group = "env_step_cost"
-    benchmark(step)
+    benchmark(cycling(env.step, action_pool(env, 8)))
     benchmark.extra_info["ns_per_agent_step"] = seconds(benchmark) / env.num_agents * 1e9
     benchmark.extra_info["agent_steps_per_sec"] = env.num_agents / seconds(benchmark)
     env.close()
@@ -209,6 +203,16 @@ def test_metrics_write(benchmark, tmp_path):
     benchmark(lambda: writer.update(**record))
     writer.close()
     benchmark.extra_info["writes_per_sec"] = 1 / seconds(benchmark)
+
+
+def test_resource_sample(benchmark):
+    """`ResourceProbe.sample()`, which the trainer calls once per update (peak memory,
+    CPU, child processes): its cost against one PPO update, like metrics_write's."""
+    resources = pytest.importorskip("peregrine.train.resources")
+    probe = resources.ResourceProbe()
+    benchmark.group = "metrics_write"
+    figures = benchmark(probe.sample)
+    assert figures["peak_rss_mb"] is None or figures["peak_rss_mb"] > 0
 
 
 def test_ppo_update_cartpole(benchmark):

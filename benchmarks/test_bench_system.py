@@ -37,7 +37,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from suite_common import TINY, seconds, tiny_trainer_overrides
+from suite_common import TINY, cycling, seconds, tiny_trainer_overrides
 
 import peregrine
 
@@ -51,14 +51,8 @@ def test_reference_numpy_cartpole(benchmark):
     env.reset(seed=0)
     actions = [np.random.default_rng(i).integers(0, 2, REFERENCE_ENVS).astype(np.int32)
                for i in range(8)]
-    state = {"i": 0}
-
-    def step():
-        state["i"] = (state["i"] + 1) % len(actions)
-        env.step(actions[state["i"]])
-
     benchmark.group = "reference"
-    benchmark(step)
+    benchmark(cycling(env.step, actions))
     source = inspect.getsource(reference)
     benchmark.extra_info["reference_source_sha256"] = hashlib.sha256(source.encode()).hexdigest()
     benchmark.extra_info["agent_steps_per_sec"] = REFERENCE_ENVS / seconds(benchmark)

@@ -374,7 +374,8 @@ def test_live_mode_exits_when_the_run_finishes_and_ctrl_c_only_detaches(tmp_path
 def test_record_layout_is_fixed():
     """Readers in other languages rely on these offsets (see the module docstring)."""
     assert metrics._FIXED.size == 64 and FIELDS[0] == "index" and FIELDS[18] == "status"
-    assert len(FIELDS) == len(set(FIELDS)) == 20 and FIELDS[19] == "time_overlap"  # appended
+    assert len(FIELDS) == len(set(FIELDS)) == 26 and FIELDS[19] == "time_overlap"  # appended
+    assert FIELDS[20:] == metrics.RESOURCE_NAMES                                   # appended
     assert np.dtype(np.float64).itemsize == 8
 
 
@@ -389,7 +390,8 @@ def test_import_peregrine_does_not_load_the_monitor_or_profiler():
 def test_overlapped_time_is_shown_as_such_and_older_files_still_read(tmp_path, capsys):
     """train.overlap's records carry the rollout seconds that ran beside learning: the
     dashboard shows them as a share of env + forward. A file written before the field
-    existed (one field fewer in its names block) still reads, without that row."""
+    existed (the fields from it on missing from its names block) still reads, without
+    that row and with '-' for the resource figures."""
     writer = MetricsWriter(tmp_path / "runs" / "overlap", [])
     writer.update(global_step=1000, updates=1, sps=10.0, losses=LOSSES,
                   time_split={"env": 1.0, "forward": 3.0, "learn": 6.0, "overlap": 3.0})
@@ -397,13 +399,13 @@ def test_overlapped_time_is_shown_as_such_and_older_files_still_read(tmp_path, c
     code, out, _ = monitor(capsys, tmp_path / "runs" / "overlap", "--once")
     assert code == 0 and "overlapped" in out and "75.0%" in out
 
-    old_fields = FIELDS[:-1]
+    old_fields = FIELDS[:FIELDS.index("time_overlap")]
     monkeypatch = pytest.MonkeyPatch()
     monkeypatch.setattr(metrics, "FIELDS", old_fields)
     monkeypatch.setattr(metrics, "_INDEX", {n: i for i, n in enumerate(old_fields)})
     try:
         old = MetricsWriter(tmp_path / "runs" / "old", [])
-        old._values = old._values[:len(old_fields)]   # the old writer's record, one field fewer
+        old._values = old._values[:len(old_fields)]   # the old writer's record, fewer fields
         old._values[metrics._INDEX["status"]] = metrics.STATUS_CODES["finished"]
         old._publish()
     finally:
@@ -413,3 +415,5 @@ def test_overlapped_time_is_shown_as_such_and_older_files_still_read(tmp_path, c
         assert reader.read()["status"] == metrics.STATUS_CODES["finished"]
     code, out, _ = monitor(capsys, tmp_path / "runs" / "old", "--once")
     assert code == 0 and "overlapped" not in out
+    resources = out[out.index("Resources"):]
+    assert "peak RSS" in resources and "MiB" not in resources and "first result" in resources

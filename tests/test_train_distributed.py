@@ -89,6 +89,10 @@ def test_two_nodes_on_loopback_train_cartpole_as_one_run(tmp_path):
     assert all(r["world_size"] == 2 for r in updates)
     assert updates[-1]["global_step"] == len(updates) * 2 * 16 * 32   # both ranks' samples
     assert updates[-1]["recent_return"] >= 150, updates[-1]["recent_return"]
+    resources = updates[-1]["resources"]        # rank 0's record holds every rank's memory
+    assert len(resources["ranks_peak_rss_mb"]) == 2 and min(resources["ranks_peak_rss_mb"]) > 50
+    assert resources["peak_rss_total_mb"] >= sum(resources["ranks_peak_rss_mb"])
+    assert resources["peak_rss_mb"] == resources["ranks_peak_rss_mb"][0]
     assert list(homes[1].iterdir()) == []
     assert (run_dir / "learning_curve.png").is_file()
     assert checkpoint.load(run_dir)["world_size"] == 2

@@ -89,6 +89,36 @@ def _table(title: str) -> Table:
     return table
 
 
+def megabytes(value: float) -> str:
+    if value != value:
+        return "-"
+    return f"{value / 1024:.2f} GiB" if value >= 1024 else f"{value:.0f} MiB"
+
+
+def resources_table(value: dict, series, spark: int) -> Table:
+    """Memory, CPU, GPU and time to first result, as the trainer recorded them
+    (train/resources.py); '-' where the record has none (a file written before
+    these fields existed, no GPU, a platform that does not tell)."""
+    nan = math.nan
+    table = _table("Resources")
+    peak, total = value.get("peak_rss_mb", nan), value.get("peak_rss_total_mb", nan)
+    table.add_row("peak RSS", megabytes(peak), sparkline(series("peak_rss_mb"), spark)
+                  if "peak_rss_mb" in value else "")
+    if total == total and peak == peak and total > peak:
+        table.add_row("all processes", megabytes(total), "sum of each process's peak")
+    cpu = value.get("cpu_percent", nan)
+    table.add_row("CPU", "-" if cpu != cpu else f"{cpu:.0f}%",
+                  sparkline(series("cpu_percent"), spark) if "cpu_percent" in value else "")
+    gpu, gpu_memory = value.get("gpu_util_percent", nan), value.get("gpu_memory_mb", nan)
+    if gpu == gpu or gpu_memory == gpu_memory:
+        table.add_row("GPU", "-" if gpu != gpu else f"{gpu:.0f}%",
+                      sparkline(series("gpu_util_percent"), spark))
+        table.add_row("GPU memory", megabytes(gpu_memory), "")
+    first = value.get("time_to_first_result", nan)
+    table.add_row("first result", "-" if first != first else f"{first:.1f} s", "after start")
+    return table
+
+
 def render(snapshot: Snapshot, width: int = 100):
     """The frame for one snapshot, as a Rich renderable, laid out for `width` columns."""
     header, record, history = snapshot.header, snapshot.record, snapshot.history
@@ -166,7 +196,7 @@ def render(snapshot: Snapshot, width: int = 100):
     grid.add_row(Text(""), Text(""))
     grid.add_row(losses, split)
     grid.add_row(Text(""), Text(""))
-    grid.add_row(env_stats, Text(""))
+    grid.add_row(env_stats, resources_table(value, series, spark))
     return Panel(Group(facts, Text(""), grid), title=title, title_align="left")
 
 

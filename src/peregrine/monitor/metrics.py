@@ -97,7 +97,16 @@ FIELDS = (
     "heartbeat",        # wall time (Unix seconds) of this record
     "status",           # STATUS_CODES
     "time_overlap",     # rollout seconds that ran beside learning (train.overlap), else NaN
+    # What the run costs the machine (train/resources.py; NaN where unknown):
+    "peak_rss_mb",          # the trainer process's peak resident memory, MiB
+    "peak_rss_total_mb",    # the same summed over the run's processes (workers, ranks)
+    "cpu_percent",          # CPU of the trainer and its children over the last update (100 = a core)
+    "gpu_util_percent",     # NVML utilisation of the trainer's GPU (CUDA only)
+    "gpu_memory_mb",        # NVML memory in use on that GPU, MiB
+    "time_to_first_result", # seconds from process start to the first update's record
 )
+RESOURCE_NAMES = ("peak_rss_mb", "peak_rss_total_mb", "cpu_percent", "gpu_util_percent",
+                  "gpu_memory_mb", "time_to_first_result")
 LOSS_NAMES = ("policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate")
 TIME_SPLIT_NAMES = ("env", "forward", "learn")
 STATUS_NAMES = ("starting", "running", "finished", "interrupted", "crashed")
@@ -201,8 +210,9 @@ class MetricsWriter:
     # ---- writing --------------------------------------------------------------
     def update(self, global_step=0, updates=0, sps=math.nan, elapsed=None, episodes=0,
                episode_return=math.nan, episode_length=math.nan, env_stats=None, losses=None,
-               time_split=None, status="running") -> None:
-        """Publishes one record. Cost: a few microseconds (see benchmarks)."""
+               time_split=None, status="running", resources=None) -> None:
+        """Publishes one record. Cost: a few microseconds (see benchmarks).
+        `resources`: the record's figures named in RESOURCE_NAMES (train/resources.py)."""
         if self.closed:
             raise ValueError("update() on a closed MetricsWriter")
         if status not in STATUS_CODES:
@@ -218,6 +228,8 @@ class MetricsWriter:
                losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
                time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
                now, STATUS_CODES[status], time_split.get("overlap")]
+        resources = resources or _EMPTY
+        row.extend(resources.get(name) for name in RESOURCE_NAMES)
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)

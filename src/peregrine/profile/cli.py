@@ -125,6 +125,7 @@ def build_artifact(args, measured: dict, started) -> dict:
         "warmup": measured["warmup"],
         "time_split_seconds": measured["time_split_seconds"],
         "time_split_fraction": measured["time_split_fraction"],
+        "resources": measured["resources"],
         "target": {"steps_per_sec": target, "met": met, "enforced": bool(args.enforce_target),
                    "ratio": None if target is None else sps / target},
         "exit_code": EXIT_TARGET_MISSED if (args.enforce_target and not met) else EXIT_OK,
@@ -152,6 +153,21 @@ def _rate(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def memory_text(resources: dict) -> str:
+    """Peak RSS of the profiling process (and of the processes it started), CPU, GPU."""
+    peak, total = resources.get("peak_rss_mb"), resources.get("peak_rss_total_mb")
+    text = "unknown on this platform" if peak is None else f"{peak:,.0f} MiB RSS"
+    others = len(resources.get("processes", {}))
+    if others and total is not None:
+        text += f" ({total:,.0f} MiB with {others} child process{'es' if others > 1 else ''})"
+    if resources.get("cpu_percent") is not None:
+        text += f"; CPU {resources['cpu_percent']:.0f}%"
+    if resources.get("gpu_util_percent") is not None:
+        text += (f"; GPU {resources['gpu_util_percent']:.0f}%, "
+                 f"{resources.get('gpu_memory_mb', 0):,.0f} MiB in use")
+    return text
+
+
 def report(artifact: dict, written: list[str]) -> str:
     setup, steady = artifact["setup"], artifact["steady_state"]
     spread = steady["unit_steps_per_sec"]
@@ -167,6 +183,7 @@ def report(artifact: dict, written: list[str]) -> str:
     ]
     if "env_steps_per_sec" in steady and setup.get("agents_per_env", 1) != 1:
         lines.insert(2, f"  env steps/s      : {_rate(steady['env_steps_per_sec'])}")
+    lines.append("  peak memory      : " + memory_text(artifact["resources"]))
     target = artifact["target"]
     if target["steps_per_sec"] is not None:
         verdict = "met" if target["met"] else "NOT met"

@@ -17,6 +17,11 @@ max, coefficient of variation) so a noisy run is visible as such.
 
 "Steps" are agent rows, the same unit as the trainer's SPS and ``global_step``
 (for single-agent envs, env steps).
+
+Every mode also reports ``resources`` (train/resources.py): the process's peak
+resident memory (the whole profile, imports and set-up included) and that of
+every process it started (Multiprocessing workers), CPU utilisation over the
+measured seconds, and on CUDA the GPU's utilisation and memory through NVML.
 """
 from __future__ import annotations
 
@@ -73,10 +78,19 @@ def summarize(warmup, measured, elapsed_measured, elapsed_warmup) -> dict:
     }
 
 
+def measured_resources(probe) -> dict:
+    """The probe's figures over the span since its previous sample (no time to
+    first result: a profile has no first result of a run)."""
+    figures = probe.sample()
+    figures.pop("time_to_first_result", None)
+    return figures
+
+
 def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int = 4096,
                      num_threads: int = 1, seed: int = 0, **config) -> dict:
     from ..envs.bench import action_pool
     from ..registry import make
+    from ..train.resources import ResourceProbe
 
     env = make(env_name, num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
     try:
@@ -90,9 +104,12 @@ def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int
                 env.step(actions)
             return rows * len(pool), {"env": time.perf_counter() - tick}
 
+        probe = ResourceProbe()
         warm, warm_elapsed = _loop(unit, warmup)
+        probe.sample()                              # CPU counts from here
         measured, elapsed = _loop(unit, seconds)
         result = summarize(warm, measured, elapsed, warm_elapsed)
+        result["resources"] = measured_resources(probe)
         result["steady_state"]["env_steps_per_sec"] = \
             result["steady_state"]["steps_per_sec"] / env.agents_per_env
         result["setup"] = {"num_envs": num_envs, "num_threads": num_threads,
@@ -121,6 +138,7 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
     """Times `Trainer.update()`; with `evaluate_every` > 0 also an evaluation
     of the current policy every that many updates (time under "eval")."""
     load_config, Trainer, Actor, evaluate = load_trainer()
+    from ..train.resources import ResourceProbe
     # Training never ends inside the profile, and the LR schedule stays near its start.
     config = load_config(env_name, overrides=[("train.total_steps", 10 ** 15), ("train.seed", seed),
                                               *overrides])
@@ -146,10 +164,13 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
                 counter["evaluations"] += 1
             return trainer.batch_size, split
 
+        probe = ResourceProbe(trainer.device)
         warm, warm_elapsed = _loop(unit, warmup, minimum_units=1)
         counter["evaluations"] = 0
+        probe.sample()                              # CPU counts from here
         measured, elapsed = _loop(unit, seconds, minimum_units=max(1, evaluate_every))
         result = summarize(warm, measured, elapsed, warm_elapsed)
+        result["resources"] = measured_resources(probe)
         t = config.train
         result["setup"] = {
             "num_envs": config.vec.num_envs, "num_threads": config.vec.num_threads,

@@ -267,9 +267,12 @@ class DataParallel:
         return float(self._sum(torch.tensor([float(value)], dtype=torch.float64))[0]) / \
             self.world_size
 
-    def reduce_update(self, stats: EpisodeStats, losses: dict, stat_names) -> tuple:
+    def reduce_update(self, stats: EpisodeStats, losses: dict, stat_names,
+                      memory: tuple[float, float] = (0.0, 0.0)) -> tuple:
         """(episode statistics of every rank's finished episodes, losses averaged over
-        ranks); sets `stopping` if any rank asked to stop. One all-reduce."""
+        ranks); sets `stopping` if any rank asked to stop, and `rank_memory` to every
+        rank's `memory` (its peak RSS and its process tree's, MiB; train/resources.py),
+        each rank writing its own slots of the sum. One all-reduce."""
         from ..vector.common import stats_to_sums
         count, sums, squares = stats_to_sums(stats)
         names = list(stat_names)
@@ -278,12 +281,18 @@ class DataParallel:
         values = [float(stop), float(count)]
         values += [sums.get(n, 0.0) for n in names] + [squares.get(n, 0.0) for n in names]
         values += [float(losses[n]) for n in loss_names]
-        reduced = self._sum(torch.tensor(values, dtype=torch.float64)).tolist()
+        slots = [0.0] * (2 * self.world_size)
+        slots[2 * self.rank:2 * self.rank + 2] = [float(memory[0]), float(memory[1])]
+        reduced = self._sum(torch.tensor(values + slots, dtype=torch.float64)).tolist()
         self.stopping = reduced[0] > 0
         k = len(names)
         merged = EpisodeStats.from_sums(names, int(round(reduced[1])), reduced[2:2 + k],
                                         reduced[2 + k:2 + 2 * k])
-        averaged = {n: v / self.world_size for n, v in zip(loss_names, reduced[2 + 2 * k:])}
+        losses_end = 2 + 2 * k + len(loss_names)
+        averaged = {n: v / self.world_size for n, v in zip(loss_names, reduced[2 + 2 * k:losses_end])}
+        memory_slots = reduced[losses_end:]
+        self.rank_memory = [(memory_slots[2 * r], memory_slots[2 * r + 1])
+                            for r in range(self.world_size)]
         return merged, averaged
 
     def broadcast(self, value):

@@ -18,6 +18,13 @@ the time the trainer WAITED for it: the overlapped part is hidden, and reported
 beside the three as `env_hidden` (not in their sum, not on the dashboard). With
 `train.overlap`, `wait` and `overlap` are added likewise (train/overlap.py).
 
+A record's `resources` holds what the run costs the machine, sampled once per
+update (train/resources.py): peak resident memory of the trainer and of every
+process it started (and of every rank), CPU utilisation, on CUDA the GPU's
+utilisation and memory through NVML, and `time_to_first_result` (process start
+to the first update's record). They reach the dashboard through the same
+MetricsWriter record, so the monitor never polls the trainer.
+
 Resuming (`resume_from=(updates, global_step)` of the checkpoint): a run
 killed after its last checkpoint has already logged the updates it is about
 to redo, so the logs are first cut back to the checkpoint. metrics.jsonl loses
@@ -121,7 +128,8 @@ class RunLogger:
                     episode_return=record.get("episode_return"),
                     episode_length=record.get("episode_length"),
                     env_stats=record.get("env_stats", {}), losses=record["losses"],
-                    time_split=record["time_split"], status="running")
+                    time_split=record["time_split"], status="running",
+                    resources=record.get("resources"))
             except Exception as error:  # noqa: BLE001
                 self._warn(f"dashboard metrics disabled: {error}")
                 self.writer = None
@@ -134,6 +142,8 @@ class RunLogger:
             scalars.update({f"env/{k}": v for k, v in record.get("env_stats", {}).items()})
             scalars.update({f"losses/{k}": v for k, v in record["losses"].items()})
             scalars.update({f"time/{k}": v for k, v in record["time_split"].items()})
+            scalars.update({f"resources/{k}": v for k, v in record.get("resources", {}).items()
+                            if isinstance(v, (int, float))})
             for key, value in scalars.items():
                 self.tensorboard.add_scalar(key, value, step)
 

@@ -76,6 +76,7 @@ from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
 from .policy import Policy, describe_space
+from .resources import ResourceProbe, merge_ranks
 from .storage import RolloutStorage
 
 
@@ -232,6 +233,8 @@ class Trainer:
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
+        # Memory, CPU, GPU and time to first result, sampled once per record (resources.py).
+        self.resources = ResourceProbe(device)
 
     def _env_seed(self, seed: int) -> int:
         """dist hook: the seed this process's env batch gets where one process gives `seed`."""
@@ -390,8 +393,11 @@ class Trainer:
         episode statistics (default: read from the env; overlap.py passes the actor's)."""
         if stats is None:
             stats = self.env.episode_stats(clear=True)
-        if self.dist is not None:   # dist hook: every rank's episodes and losses
-            stats, losses = self.dist.reduce_update(stats, losses, self.stat_names)
+        resources = self.resources.sample()
+        if self.dist is not None:   # dist hook: every rank's episodes, losses and memory
+            stats, losses = self.dist.reduce_update(stats, losses, self.stat_names, memory=(
+                resources["peak_rss_mb"] or 0.0, resources["peak_rss_total_mb"] or 0.0))
+            resources = merge_ranks(resources, self.dist.rank_memory)
         self.episodes += stats.count
         if stats.count:
             self.recent_episodes.append((stats.count, stats.mean["episode_return"]))
@@ -410,6 +416,7 @@ class Trainer:
                           if k not in ("episode_return", "episode_length")},
             "losses": losses, "time_split": split,
             "compile_seconds": self.compile_seconds,
+            "resources": resources,
         }
 
     def recent_return(self, min_episodes: int = 20):
