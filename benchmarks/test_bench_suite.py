@@ -30,7 +30,7 @@ import pytest  # noqa: E402
 from suite_common import TINY, cycling, seconds, thread_counts, tiny_trainer_overrides  # noqa: E402
 
 import peregrine  # noqa: E402
-from peregrine.envs.bench import action_pool  # noqa: E402
+from peregrine.profile.bench import action_pool  # noqa: E402
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)
