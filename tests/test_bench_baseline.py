@@ -73,6 +73,41 @@ def test_faster_and_missing():
     assert baseline.verdict([], [1.0, 1.0])["verdict"] == "new"
 
 
+def sessions(reference, **figures):
+    """Benchmark sessions: every list gives one figure per session."""
+    count = len(reference)
+    return [{"minimum": {baseline.REFERENCE: reference[i],
+                         **{name: values[i] for name, values in figures.items()}}, "failed": []}
+            for i in range(count)]
+
+
+def test_a_machine_that_was_slower_for_one_side_is_not_a_regression():
+    """Every current session ran ~20% slow, the reference included (a busy host): absolute
+    times alone would call it, relative to the reference it vanishes."""
+    before = sessions([1.0, 1.02, 1.01], step=[5.0, 5.05, 5.02])
+    after = sessions([1.2, 1.21, 1.22], step=[6.0, 6.1, 6.05])
+    rows = {row["benchmark"]: row for row in baseline.analyse(before, after, 0.10)}
+    assert rows["step"]["absolute_verdict"] == "REGRESSION"
+    assert rows["step"]["reference_verdict"] == "same" and rows["step"]["verdict"] == "same"
+    assert rows[baseline.REFERENCE]["verdict"] == "yardstick"
+
+
+def test_a_slower_benchmark_on_an_unchanged_machine_is_a_regression():
+    before = sessions([1.0, 1.02, 1.01], step=[5.0, 5.05, 5.02], other=[2.0, 2.02, 2.01])
+    after = sessions([1.01, 1.0, 1.02], step=[7.5, 7.6, 7.55], other=[2.01, 2.0, 2.02])
+    rows = {row["benchmark"]: row for row in baseline.analyse(before, after, 0.10)}
+    assert rows["step"]["verdict"] == "REGRESSION" and rows["other"]["verdict"] == "same"
+    assert rows["step"]["reference_ratio"] == pytest.approx(1.5, rel=0.02)
+    # When the reference's own code differs between the sides, time alone decides.
+    rows = {row["benchmark"]: row
+            for row in baseline.analyse(before, sessions([2.0, 2.0, 2.0], step=[7.5, 7.6, 7.55],
+                                                         other=[2.0, 2.0, 2.0]), 0.10,
+                                        reference_comparable=False)}
+    assert rows["step"]["verdict"] == "REGRESSION"
+    text = baseline.report_table(list(rows.values()))
+    assert "REGRESSION (beyond" in text and "yardstick" in text
+
+
 def test_sessions_are_interleaved_abba():
     assert baseline.session_order(3) == ["baseline", "current", "current", "baseline",
                                          "baseline", "current"]
@@ -118,6 +153,8 @@ def test_refusals_exit_2_with_the_reason(tmp_path):
 
 
 # ---- round trip -----------------------------------------------------------------------------
+@pytest.mark.slow
+@pytest.mark.timeout(900)   # 8 sessions and a C build: ~40 s alone, far more on a shared machine
 def test_save_then_compare_interleaved_and_stored_exit_code_follows_a_regression(tmp_path):
     """save --rev HEAD (measured in a worktree of HEAD, its C extension built there),
     compare interleaved (no regression expected at the 10x threshold: the verdict

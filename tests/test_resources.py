@@ -209,3 +209,20 @@ def test_multiprocessing_workers_show_in_the_record(tmp_path):
     listed = {int(name.rsplit(" ", 1)[1]): peak for name, peak in out["resources"]["processes"].items()}
     assert set(out["pids"]) <= set(listed) and all(listed[pid] > 5 for pid in out["pids"])
     assert out["resources"]["peak_rss_total_mb"] > out["resources"]["peak_rss_mb"] + 10
+
+
+def test_profile_reports_peak_memory(tmp_path, capsys):
+    from peregrine.cli import main as peregrine_main
+    for mode in ("env_only", "trainer"):
+        extra = ["--set", "train.horizon=8", "--set", "train.minibatch_size=64"] \
+            if mode == "trainer" else []
+        artifact_path = tmp_path / f"{mode}.json"
+        code = peregrine_main(["profile", "cartpole", "--mode", mode, "--seconds", "0.2",
+                               "--warmup", "0", "--num-envs", "8", *extra, "--no-artifact",
+                               "--json", str(artifact_path)])
+        out = capsys.readouterr().out
+        assert code == 0
+        figures = json.loads(artifact_path.read_text())["resources"]
+        assert figures["peak_rss_mb"] > 10 and figures["cpu_percent"] > 0
+        assert "time_to_first_result" not in figures      # a profile has no run to start
+        assert f"peak memory      : {figures['peak_rss_mb']:,.0f} MiB RSS" in out
