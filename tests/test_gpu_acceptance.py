@@ -135,11 +135,14 @@ def test_the_download_command_is_the_one_documented():
 
 def test_a_hung_stage_is_killed_with_its_children_at_its_budget(tmp_path):
     marker = tmp_path / "child-alive"
-    script = (f"import subprocess, sys, time; subprocess.Popen([sys.executable, '-c', "
-              f"'import time, pathlib; time.sleep(3); pathlib.Path({str(marker)!r}).touch()']); "
-              f"time.sleep(60)")
+    grandchild = tmp_path / "grandchild.py"
+    grandchild.write_text(f"import pathlib, time\ntime.sleep(3)\n"
+                          f"pathlib.Path({str(marker)!r}).touch()\n")
+    stage = tmp_path / "stage.py"
+    stage.write_text(f"import subprocess, sys, time\nsubprocess.Popen([sys.executable, "
+                     f"{str(grandchild)!r}])\ntime.sleep(60)\n")
     started = time.monotonic()
-    status, code = gpu_acceptance.run_process([sys.executable, "-c", script],
+    status, code = gpu_acceptance.run_process([sys.executable, str(stage)],
                                               tmp_path / "log", 1.0, dict(os.environ), tmp_path)
     assert (status, code) == ("timed out", -9)
     assert time.monotonic() - started < 10

@@ -3,7 +3,7 @@
 * The device batch uploads the host-built Env struct byte for byte, so NVRTC's
   layout of every env's struct must equal the host compiler's: sizeof, alignment
   and every field's offset and size (the fields read from the host compiler's debug
-  information, one expression list compiled by both; envs/gpu_audit.py).
+  information, one expression list compiled by both; envs/gpu/audit.py).
 * Every env's kernels compile to an sm_90 cubin; ptxas' report has no spill in any
   kernel and no local-memory stack in the step kernel beyond what the header
   declares (PG_GPU_STACK).
@@ -16,7 +16,8 @@ import shutil
 
 import pytest
 
-from peregrine.envs import gpu, gpu_audit
+from peregrine.envs.gpu import audit as gpu_audit
+from peregrine.envs.gpu import compiler as gpu
 
 ENVS = gpu.header_names()
 HAVE_NVRTC = importlib.util.find_spec("cuda") is not None and \
@@ -32,7 +33,7 @@ needs_host_tools = pytest.mark.skipif(not HAVE_HOST_TOOLS,
 
 @pytest.fixture
 def tree_copy(tmp_path, monkeypatch):
-    """A copy of the env headers that gpu.py and gpu_audit compile instead."""
+    """A copy of the env headers that the compiler and the audit compile instead."""
     tree = tmp_path / "envs"
     shutil.copytree(gpu.ENVS_DIR, tree, ignore=shutil.ignore_patterns("*.so", "*.py",
                                                                       "__pycache__"))

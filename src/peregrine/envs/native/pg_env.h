@@ -102,7 +102,7 @@ typedef unsigned long long uint64_t;
 /* PG_GPU_STACK(max_bytes, "why"): a header whose GPU step kernel needs a
  * per-thread local-memory stack (arrays indexed at run time) declares it here,
  * with a ceiling and the reason. ptxas' report is checked against it for sm_90
- * (envs/gpu_audit.py, tests/test_gpu_build.py): a step kernel with a stack
+ * (envs/gpu/audit.py, tests/test_gpu_build.py): a step kernel with a stack
  * and no declaration, over its ceiling, or with any register spill fails.
  * Local memory is as slow as global memory and is reserved for every resident
  * thread, so small constant-indexed arrays (registers) are the rule. Expands to

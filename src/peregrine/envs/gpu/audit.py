@@ -20,7 +20,7 @@ verbose report (registers, stack frame, spill stores/loads per kernel) and
 the step kernel that the env's header does not declare with
 `PG_GPU_STACK(max_bytes, "why")` (pg_env.h).
 
-    python -m peregrine.envs.gpu_audit            # every env: layout + resource table
+    python -m peregrine.envs.gpu.audit            # every env: layout + resource table
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from . import gpu
+from . import compiler
 
 # The GPU target whose resources are recorded: the H100 (compute capability 9.0).
 RESOURCE_ARCH = "sm_90"
@@ -57,7 +57,7 @@ def host_compiler() -> str:
 
 
 def _host_include_flags(name: str) -> list[str]:
-    return [f"-I{path}" for path in gpu._include_dirs(name)]
+    return [f"-I{path}" for path in compiler._include_dirs(name)]
 
 
 # ---- 1. the field list, from the host compiler's debug information -----------------
@@ -204,14 +204,14 @@ _PTX_ARRAY = re.compile(r"\.global\s+\.align\s+\d+\s+\.(b8|u64|b64)\s+pg_layout\
                         r"(?:\s*=\s*\{([^}]*)\})?\s*;")
 
 
-def device_layout(name: str, rows, arch: str = gpu.CHECK_ARCH) -> list[int]:
+def device_layout(name: str, rows, arch: str = compiler.CHECK_ARCH) -> list[int]:
     """The same expressions compiled by NVRTC into the GPU translation unit (the
     env header and the kernels) as a `__device__` constant array, read back from
     the PTX."""
-    source = (gpu.kernel_source(name) +
+    source = (compiler.kernel_source(name) +
               f'extern "C" __device__ const unsigned long long pg_layout[{len(rows)}] = {{\n'
               f"    {_initializer(rows)}\n}};\n")
-    ptx = gpu.compile_source(name, source, "ptx", arch)[0].decode(errors="replace")
+    ptx = compiler.compile_source(name, source, "ptx", arch)[0].decode(errors="replace")
     return parse_ptx_array(ptx, len(rows))
 
 
@@ -251,7 +251,7 @@ class LayoutReport:
         return self.host[0]
 
 
-def check_layout(name: str, arch: str = gpu.CHECK_ARCH) -> LayoutReport:
+def check_layout(name: str, arch: str = compiler.CHECK_ARCH) -> LayoutReport:
     """Host and NVRTC layouts of env `name`'s Env struct, compared."""
     fields = env_fields(name)
     rows = layout_expressions(fields)
@@ -295,7 +295,7 @@ def kernel_resources(name: str, arch: str = RESOURCE_ARCH,
                      extra_options: tuple[str, ...] = ()) -> dict[str, dict[str, int]]:
     """Compiles env `name`'s kernels to a cubin for `arch` with ptxas' verbose
     report; {kernel: {registers, stack, spill_stores, spill_loads}}."""
-    _, log = gpu.compile_source(name, gpu.kernel_source(name), "cubin", arch,
+    _, log = compiler.compile_source(name, compiler.kernel_source(name), "cubin", arch,
                                 ("--ptxas-options=-v", *extra_options))
     report = parse_ptxas_report(log)
     missing = [kernel for kernel in KERNELS
@@ -313,7 +313,7 @@ _STACK_NOTE = re.compile(r'^\s*PG_GPU_STACK\(\s*(\d+)\s*,\s*"((?:[^"\\]|\\.)+)"\
 def stack_allowance(name: str) -> tuple[int, str] | None:
     """(max bytes, reason) from the env header's `PG_GPU_STACK(max_bytes, "why")`,
     or None: the step kernel must then run without a local-memory stack."""
-    notes = _STACK_NOTE.findall(gpu.header_path(name).read_text())
+    notes = _STACK_NOTE.findall(compiler.header_path(name).read_text())
     if len(notes) > 1:
         raise ValueError(f"the {name} header declares PG_GPU_STACK {len(notes)} times")
     return (int(notes[0][0]), notes[0][1]) if notes else None
@@ -363,8 +363,8 @@ def main(argv=None) -> int:
     parser.add_argument("envs", nargs="*")
     parser.add_argument("--arch", default=RESOURCE_ARCH)
     args = parser.parse_args(argv)
-    names = args.envs or gpu.header_names()
-    print(f"NVRTC {'.'.join(map(str, gpu.nvrtc_version()))}, {args.arch}\n")
+    names = args.envs or compiler.header_names()
+    print(f"NVRTC {'.'.join(map(str, compiler.nvrtc_version()))}, {args.arch}\n")
     failed = False
     for name in names:
         layout = check_layout(name)
