@@ -247,8 +247,13 @@ class Acceptance:
             self.log, deadline - time.monotonic(), environment, self.tree)
         stage.result["build_seconds"] = round(time.monotonic() - started, 1)
         if status != "passed":
-            raise RuntimeError(f"building the C extension {status} (exit {code}); see "
-                               "acceptance.log")
+            # pyproject.toml's SPDX `license` string needs setuptools >= 77: an older
+            # one refuses the metadata before building anything, so name the version.
+            import importlib.metadata
+            tail = self.log.read_text(errors="replace").splitlines()[-8:]
+            raise RuntimeError(f"building the C extension {status} (exit {code}; setuptools "
+                               f"{importlib.metadata.version('setuptools')}): "
+                               + " / ".join(tail))
         paths = [str(self.site)] if wheels else []
         self.environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
             [*paths, str(self.tree / "src")]), PYTHONUNBUFFERED="1",

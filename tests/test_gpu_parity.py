@@ -208,14 +208,15 @@ def test_env_step_captured_in_a_cuda_graph_replays_as_eager_steps(name):
 @needs_cuda
 def test_compiled_update_with_cuda_graphs_matches_eager():
     """train.compile on CUDA (mode "reduce-overhead": the rollout step and the loss
-    replayed as CUDA graphs): the same rollout actions and nearly the same losses as
-    the eager trainer over two updates."""
+    replayed as CUDA graphs): one update takes the eager trainer's actions (the same
+    draws from the same generator) and gives its losses to float tolerance, as
+    test_train_compile.py checks on the CPU."""
     eager = Trainer(device_config("cartpole"))
     compiled = Trainer(device_config("cartpole", ("train.compile", True)))
-    for _ in range(2):
-        expected, got = eager.update()["losses"], compiled.update()["losses"]
-        for key in expected:
-            assert got[key] == pytest.approx(expected[key], rel=2e-2, abs=1e-4), key
-    assert compiled.compiled
+    assert compiled.compiled                  # compiled, not the eager fallback
+    expected, got = eager.update()["losses"], compiled.update()["losses"]
+    torch.testing.assert_close(compiled.storage.actions, eager.storage.actions, rtol=0, atol=0)
+    for key in expected:
+        assert got[key] == pytest.approx(expected[key], rel=1e-3, abs=1e-5), key
     eager.close()
     compiled.close()
