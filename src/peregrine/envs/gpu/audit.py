@@ -1,7 +1,7 @@
 """Checks of the GPU build that need no GPU: the Env struct's layout and the kernels' resources.
 
 The GPU batch builds the Env struct on the host (the CPU binding's env_init) and
-uploads it byte for byte (device.py), so the struct NVRTC compiles must have the
+uploads it byte for byte (gpu/batch.py), so the struct NVRTC compiles must have the
 host compiler's layout exactly: a field that sits elsewhere on the device would be
 read as silent garbage. `check_layout(name)` proves it per env:
 

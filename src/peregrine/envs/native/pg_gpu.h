@@ -16,7 +16,7 @@
 /* This thread's instance, in 64 bits. blockIdx.x * blockDim.x is an unsigned
  * 32-bit product that wraps past 2^32 threads, and an int cast of it goes
  * negative past 2^31 - 1, where a negative index would pass a `>= num_envs`
- * test. gpu.launch_config keeps today's launches below both (one thread per
+ * test. compiler.launch_config keeps today's launches below both (one thread per
  * instance, at most 2^31 - 1 instances, 128-thread blocks); the 64-bit index
  * keeps the guard right for any grid. */
 __device__ static inline unsigned long long pg_thread_index(void) {
