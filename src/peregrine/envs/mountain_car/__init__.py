@@ -24,6 +24,7 @@ MIN_POSITION, MAX_POSITION = -1.2, 0.6
 class MountainCar(NativeEnv):
     name = "mountain_car"
     native_module = _mountain_car
+    render_module = "peregrine.envs.mountain_car.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

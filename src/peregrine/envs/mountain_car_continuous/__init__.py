@@ -29,6 +29,7 @@ MIN_POSITION, MAX_POSITION = -1.2, 0.6
 class MountainCarContinuous(NativeEnv):
     name = "mountain_car_continuous"
     native_module = _mountain_car_continuous
+    render_module = "peregrine.envs.mountain_car.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

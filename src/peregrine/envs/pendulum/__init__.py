@@ -25,6 +25,7 @@ from . import _pendulum
 class Pendulum(NativeEnv):
     name = "pendulum"
     native_module = _pendulum
+    render_module = "peregrine.envs.pendulum.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

@@ -80,6 +80,7 @@ def action_mask(observations) -> np.ndarray:
 class Prospector(NativeEnv):
     name = "prospector"
     native_module = _prospector
+    render_module = "peregrine.envs.prospector.render"
     # Observation columns holding the action mask; the trainer masks invalid actions with it.
     action_mask_slice = OBS_MASK
     presets = {
