@@ -437,3 +437,27 @@ def test_nproc_auto_splits_the_one_process_batch_over_the_cores():
     # normalisation cannot run on several ranks: one process, saying why
     ranks, overrides, why = auto_ranks(load_config("mountain_car", None, []), cores=2)
     assert ranks == 1 and overrides == [] and "normalize" in why
+
+
+@pytest.mark.slow
+def test_nproc_auto_trains_with_one_rank_per_core_and_the_same_global_batch(tmp_path):
+    pytest.importorskip("torch")
+    import json
+
+    from peregrine.train.config import load_config
+    from peregrine.train.distributed import auto_ranks, available_cores
+    config = load_config("cartpole", None, [])
+    ranks, overrides, _ = auto_ranks(config, available_cores())
+    run_dir = tmp_path / "run"
+    job = subprocess.run(
+        [sys.executable, "-m", "peregrine", "train", "cartpole", "--nproc", "auto", "--detach",
+         "--train.tensorboard", "false", "--run-dir", str(run_dir), "--total-steps", "4096",
+         "--train.stop-return", "0"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    assert f"--nproc auto: {ranks} rank" in job.stdout or ranks == 1
+    updates = [json.loads(line) for line in (run_dir / "metrics.jsonl").open()
+               if '"updates"' in line]
+    assert updates[-1].get("world_size", 1) == ranks
+    saved = (run_dir / "config.toml").read_text()
+    assert f"num_envs = {config.vec.num_envs // ranks}\n" in saved
+    assert f"minibatch_size = {config.train.minibatch_size // ranks}\n" in saved

@@ -257,11 +257,12 @@ class NativeEnv:
         self.num_threads = int(num_threads)
         self._stat_names = self.native_module.stat_names()
         self._seed = resolve_seed(seed)
+        self._first_episode_seed: int | None = None
         self.reset(seed=self._seed)
         # Until the streams move on, reset() without a seed starts this same first
         # episode again: make(seed=s) then reset() plays seed s's first episode, as
         # reset(seed=s) does (the README's and Gymnasium's make-then-reset pattern).
-        self._first_episode_seed: int | None = self._seed
+        self._first_episode_seed = self._seed
 
     # ---- configuration -------------------------------------------------
     @classmethod
