@@ -16,6 +16,7 @@ that need one skip with that reason where it is missing.
 from __future__ import annotations
 
 import copy
+import importlib
 import pickle
 import subprocess
 import sys
@@ -26,8 +27,8 @@ import numpy as np
 import pytest
 
 import peregrine
-from peregrine.envs.native_env import UnknownKeywordError
-from peregrine.registry import GYMNASIUM_IDS, GYMNASIUM_STEP_LIMITS
+from peregrine.envs.native.batch import UnknownKeywordError
+from peregrine.envs.registry import GYMNASIUM_IDS, GYMNASIUM_STEP_LIMITS, RENDERERS
 
 SINGLE_AGENT = ["cartpole", "pendulum", "mountain_car", "mountain_car_continuous", "prospector"]
 ALL = SINGLE_AGENT + ["drone_swarm"]
@@ -307,7 +308,7 @@ def test_every_env_renders_and_passes_gymnasium_check_env_with_render_checks(nam
 def test_frames_draw_at_least_30_per_second(name):
     import time
     env = peregrine.make(name, num_envs=1, seed=0)
-    module = __import__(type(env).render_module, fromlist=["rgb_frame"])
+    module = importlib.import_module(RENDERERS[name])
     module.rgb_frame(env, 0)
     start = time.perf_counter()
     for _ in range(10):

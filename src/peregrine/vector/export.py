@@ -27,8 +27,8 @@ import numpy as np
 from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ..envs.native_env import IndependentCopies, UnknownKeywordError
-from ..registry import env_class
+from ..envs.native.batch import IndependentCopies, UnknownKeywordError
+from ..envs.registry import RENDERERS, env_class
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
     from stable_baselines3.common.vec_env import VecEnv
@@ -52,8 +52,8 @@ def _as_actions(env, actions):
 # ---- rendering ------------------------------------------------------------------------
 
 class _Renderer:
-    """The drawing module of an env (its class's `render_module`), held by name
-    so that the adapters holding it stay picklable."""
+    """The drawing module of an env (the registry's RENDERERS), held by name so
+    that the adapters holding it stay picklable."""
 
     def __init__(self, module_name: str) -> None:
         self.module_name = module_name
@@ -78,7 +78,7 @@ def _renderer(env, render_mode):
         return None
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-    module_name = getattr(type(env), "render_module", None)
+    module_name = RENDERERS.get(getattr(env, "name", None))
     if module_name is None or not hasattr(env, "get_state"):
         raise TypeError(f"render_mode='rgb_array' needs a native batch (peregrine.make) of an "
                         f"env that can draw itself; {type(env).__name__} cannot")
@@ -275,8 +275,8 @@ class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
         self._renderer = _renderer(env, render_mode)
         self.render_mode = render_mode
         self.metadata = {"autoreset_mode": autoreset_mode,
-                         "render_modes": ["rgb_array"] if getattr(type(env), "render_module",
-                                                                   None) else []}
+                         "render_modes": ["rgb_array"] if getattr(env, "name", None) in RENDERERS
+                         and hasattr(env, "get_state") else []}
         if self._renderer is not None:
             self.metadata["render_fps"] = self._renderer.fps
         self._episodes = _EpisodeRecorder(env) if record_episode_statistics else None
@@ -496,7 +496,7 @@ class GymnasiumEnv(IndependentCopies, Env):
             batch.close()
             raise
         self.render_mode = render_mode
-        self.metadata = {"render_modes": ["rgb_array"] if cls.render_module else []}
+        self.metadata = {"render_modes": ["rgb_array"] if name in RENDERERS else []}
         if self._renderer is not None:
             self.metadata["render_fps"] = self._renderer.fps
         self.observation_space = batch.single_observation_space

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _cartpole
 
 
 class CartPole(NativeEnv):
     name = "cartpole"
     native_module = _cartpole
-    render_module = "peregrine.envs.cartpole.render"
 
     def observation_bounds(self):
         # Gymnasium's CartPole-v1 observation space: the velocities are unbounded.

@@ -151,7 +151,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 
 from . import _drone_swarm
 
@@ -199,7 +199,6 @@ class DroneSwarm(NativeEnv):
 
     name = "drone_swarm"
     native_module = _drone_swarm
-    render_module = "peregrine.envs.drone_swarm.render"
     presets = {
         "default": {},
         # distribution shift for evaluation

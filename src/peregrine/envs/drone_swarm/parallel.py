@@ -47,7 +47,7 @@ import numpy as np
 from gymnasium import logger, spaces
 from pettingzoo import ParallelEnv
 
-from ..native_env import IndependentCopies
+from ..native.batch import IndependentCopies
 from . import DroneSwarm
 
 RENDER_MODES = ("human", "rgb_array")

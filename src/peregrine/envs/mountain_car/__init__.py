@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _mountain_car
 
 MIN_POSITION, MAX_POSITION = -1.2, 0.6
@@ -24,7 +24,6 @@ MIN_POSITION, MAX_POSITION = -1.2, 0.6
 class MountainCar(NativeEnv):
     name = "mountain_car"
     native_module = _mountain_car
-    render_module = "peregrine.envs.mountain_car.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

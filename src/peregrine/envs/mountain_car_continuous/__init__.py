@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _mountain_car_continuous
 
 MIN_POSITION, MAX_POSITION = -1.2, 0.6
@@ -29,7 +29,6 @@ MIN_POSITION, MAX_POSITION = -1.2, 0.6
 class MountainCarContinuous(NativeEnv):
     name = "mountain_car_continuous"
     native_module = _mountain_car_continuous
-    render_module = "peregrine.envs.mountain_car.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

@@ -18,14 +18,13 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _pendulum
 
 
 class Pendulum(NativeEnv):
     name = "pendulum"
     native_module = _pendulum
-    render_module = "peregrine.envs.pendulum.render"
 
     def observation_bounds(self):
         speed = self.config["max_speed"]

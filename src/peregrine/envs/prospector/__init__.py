@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _prospector
 
 OBS_DIM = 260
@@ -80,7 +80,6 @@ def action_mask(observations) -> np.ndarray:
 class Prospector(NativeEnv):
     name = "prospector"
     native_module = _prospector
-    render_module = "peregrine.envs.prospector.render"
     # Observation columns holding the action mask; the trainer masks invalid actions with it.
     action_mask_slice = OBS_MASK
     presets = {

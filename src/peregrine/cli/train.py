@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
+from ..train.config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -109,7 +109,7 @@ def run(args) -> int:
     # slower on a 2-core machine (13k vs 1.06M SPS, benchmarks/RESULTS.md);
     # sleeping waits cost nothing measurable at 1 thread. Must precede torch.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from . import run as runs  # imports torch: only after the arguments are sound
+    from ..train import run as runs  # imports torch: only after the arguments are sound
     if args.resume:
         run_dir = Path(args.resume)
         rank = os.environ.get("RANK", "0")
@@ -129,7 +129,7 @@ def run(args) -> int:
         if args.env is None and args.config is None:
             raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
                              f"(shipped configs: {', '.join(shipped_configs())})")
-        from ..registry import ENVS
+        from ..envs.registry import ENVS
         if args.env is not None and args.env not in ENVS:
             raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
@@ -184,12 +184,12 @@ def run(args) -> int:
 def _auto_ranks(args, config) -> tuple[int, list[str]]:
     """--nproc auto: (ranks, override tokens for every rank); see distributed.auto_ranks.
     A resumed run keeps the world size its checkpoint was written by."""
-    from . import distributed
+    from ..train import distributed
     if distributed.launched():
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     if args.resume:
-        from . import checkpoint
-        from .run import checkpoint_path
+        from ..train import checkpoint
+        from ..train.run import checkpoint_path
         saved = int(checkpoint.load(checkpoint_path(args.resume)).get("world_size", 1))
         print(f"--nproc auto: {saved} rank(s), as the checkpoint was written", flush=True)
         return saved, []
@@ -200,7 +200,7 @@ def _auto_ranks(args, config) -> tuple[int, list[str]]:
 
 def _launch(args, config) -> int:
     """--nproc N: this command without --nproc, as N ranks under torch.distributed.run."""
-    from .distributed import check_config, check_world_size, launch, launched
+    from ..train.distributed import check_config, check_world_size, launch, launched
     if args.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
     if launched():
@@ -208,8 +208,8 @@ def _launch(args, config) -> int:
     check_config(config)
     if args.resume:
         # Refused here, before N processes start only to fail with N copies of the error.
-        from . import checkpoint
-        from .run import checkpoint_path
+        from ..train import checkpoint
+        from ..train.run import checkpoint_path
         check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):

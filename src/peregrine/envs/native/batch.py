@@ -205,18 +205,14 @@ class _ClosedBatch:
 class NativeEnv:
     """A batch of `num_envs` instances of a C env; one row per agent.
 
-    Subclasses set `name`, `native_module` (the compiled binding), usually
-    `render_module`, and may override `resolve_config` (derived defaults,
-    cross-field checks with good messages) and `observation_bounds`.
+    Subclasses set `name`, `native_module` (the compiled binding) and may
+    override `resolve_config` (derived defaults, cross-field checks with good
+    messages) and `observation_bounds`.
     """
 
     name: ClassVar[str] = ""
     native_module: ClassVar[ModuleType]
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
-    #: the module that draws an instance (rgb_frame(env, instance) -> RGB uint8
-    #: array, RENDER_FPS; optionally agent_frames for multi-agent envs), imported
-    #: only when frames are asked for; None: the env cannot draw itself
-    render_module: ClassVar[str | None] = None
 
     def __init__(self, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
                  buffers: dict[str, np.ndarray] | None = None, preset: str = "default",
