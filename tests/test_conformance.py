@@ -403,6 +403,21 @@ def test_make_with_a_seed_then_reset_starts_that_seeds_first_episode(name):
         env.close()
 
 
+def test_device_batches_start_the_seeds_first_episode_too():
+    torch = pytest.importorskip("torch")
+    made = peregrine.make("pendulum", num_envs=3, seed=11, device="cpu")
+    first = made.observations.clone()
+    made.reset()
+    torch.testing.assert_close(made.observations, first, rtol=0, atol=0)
+    native = peregrine.make("pendulum", num_envs=3, seed=11)
+    np.testing.assert_array_equal(made.observations.numpy(), native.observations)
+    made.step(torch.zeros_like(made.actions))
+    made.reset()
+    assert not torch.equal(made.observations, first)
+    made.close()
+    native.close()
+
+
 # ---- 9. the CLI -----------------------------------------------------------------------------
 
 def test_peregrine_without_a_command_is_a_usage_error():
