@@ -8,6 +8,8 @@ Gymnasium's size (600 x 400): the hill height(x) = 0.45 sin(3x) + 0.55 over
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..raster import Canvas
@@ -28,19 +30,28 @@ def _height(position):
     return np.sin(3.0 * np.asarray(position, np.float64)) * 0.45 + 0.55
 
 
-def rgb_frame(env, instance: int = 0) -> np.ndarray:
-    """The instance's frame, RGB uint8 [400, 600, 3]."""
-    position = float(env.get_state(instance)[0])
-    scale = WIDTH / (MAX_POSITION - MIN_POSITION)
-    canvas = Canvas(WIDTH, HEIGHT, BACKGROUND)
-    columns = MIN_POSITION + (np.arange(WIDTH) + 0.5) / scale
-    canvas.fill_below(_height(columns) * scale, HILL)
+SCALE = WIDTH / (MAX_POSITION - MIN_POSITION)
 
-    goal = float(env.config["goal_position"])
-    flag_x, flag_y = (goal - MIN_POSITION) * scale, float(_height(goal)) * scale
+
+@functools.lru_cache(maxsize=8)
+def _scenery(goal: float) -> np.ndarray:
+    """The hill and the flag at `goal`, drawn once (read-only; frames copy it)."""
+    canvas = Canvas(WIDTH, HEIGHT, BACKGROUND)
+    columns = MIN_POSITION + (np.arange(WIDTH) + 0.5) / SCALE
+    canvas.fill_below(_height(columns) * SCALE, HILL)
+    flag_x, flag_y = (goal - MIN_POSITION) * SCALE, float(_height(goal)) * SCALE
     canvas.rectangle(flag_x - 1, flag_y, flag_x + 1, flag_y + 50, POLE)
     canvas.polygon([(flag_x, flag_y + 50), (flag_x, flag_y + 40), (flag_x + 25, flag_y + 45)],
                    FLAG)
+    canvas.pixels.flags.writeable = False
+    return canvas.pixels
+
+
+def rgb_frame(env, instance: int = 0) -> np.ndarray:
+    """The instance's frame, RGB uint8 [400, 600, 3]."""
+    position = float(env.get_state(instance)[0])
+    scale = SCALE
+    canvas = Canvas.wrap(_scenery(float(env.config["goal_position"])).copy())
 
     slope = float(np.arctan(1.35 * np.cos(3.0 * position)))  # d height / d position
     base = np.array([(position - MIN_POSITION) * scale, float(_height(position)) * scale])

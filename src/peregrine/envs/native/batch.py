@@ -335,7 +335,9 @@ class NativeEnv:
         """Starts fresh episodes in every instance.
 
         With a seed, every instance restarts its own stream derived from
-        (seed, instance index); without one, streams continue.
+        (seed, instance index); without one, streams continue, except that a
+        reset() before any step restarts them from the construction seed, so
+        make(seed=s) then reset() plays seed s's first episode.
         Returns (observations, infos) where infos is an empty dict.
         """
         if seed is None:
