@@ -156,7 +156,7 @@ def test_refusals_exit_2_with_the_reason(tmp_path):
 
 # ---- round trip -----------------------------------------------------------------------------
 @pytest.mark.slow
-@pytest.mark.timeout(900)   # 8 sessions and a C build: ~40 s alone, far more on a shared machine
+@pytest.mark.timeout(900)   # 8 benchmark sessions and a C build: minutes on a shared machine
 def test_save_then_compare_interleaved_and_stored_exit_code_follows_a_regression(tmp_path):
     """save --rev HEAD (measured in a worktree of HEAD, its C extension built there),
     compare interleaved (no regression expected at the 10x threshold: the verdict

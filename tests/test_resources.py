@@ -111,6 +111,9 @@ def test_gpu_figures_come_from_nvml_for_a_cuda_device(monkeypatch):
     figures = ResourceProbe(torch.device("cuda", 1)).sample()
     assert figures["gpu_util_percent"] == 37.0 and figures["gpu_memory_mb"] == 3072.0
     assert calls == ["init", ("index", 1)]
+    ResourceProbe("cuda:2")
+    ResourceProbe("cuda")
+    assert calls[2:] == ["init", ("index", 2), "init", ("index", 0)]
     assert "gpu_util_percent" not in ResourceProbe(torch.device("cpu")).sample()
 
 

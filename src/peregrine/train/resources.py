@@ -186,8 +186,8 @@ class ResourceProbe:
         self.pid = os.getpid()
         self.started = process_start_time()
         self.time_to_first_result = None
-        kind = getattr(device, "type", None) or (str(device).split(":")[0] if device else None)
-        self.gpu = NvmlDevice(getattr(device, "index", None) or 0) if kind == "cuda" else None
+        kind, _, number = str(device).partition(":")   # torch.device or "cuda", "cuda:1"
+        self.gpu = NvmlDevice(int(number) if number.isdigit() else 0) if kind == "cuda" else None
         self._children: list[int] = []
         self._children_at = -float("inf")
         self._last_wall = time.perf_counter()
