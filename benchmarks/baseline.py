@@ -60,10 +60,16 @@ for one side. The reference can only excuse a slowdown (drift > 1) or a
 speed-up (drift < 1), never create one. The "x ref" columns divide each
 session's figure by that session's reference; they are reported, not voted
 on: per session the reference's own noise adds to every figure's
-(benchmarks/RESULTS.md shows a deliberate 22% slowdown that they hid). A
-noisy machine widens the band (a regression smaller than the noise is not
-called: rerun on a quieter machine, or with more sessions); it never makes a
-verdict up.
+(benchmarks/RESULTS.md shows a deliberate 22% slowdown that they hid). A benchmark that keeps
+several cores busy (a step at 2 threads, the Multiprocessing step) is judged
+only when the 1-minute load average stayed below the usable cores during the
+whole comparison: on a shared machine such a figure is bimodal (a 2-thread
+Prospector step took 46 us in sessions that found the second core free, 91 us
+in the others), and in the fourth self-comparison of the final series all
+three baseline sessions found it free and all three current sessions did not,
+which the spread cannot see. Its row then says `not judged`. A noisy machine
+widens the band (a regression smaller than the noise is not called: rerun on
+a quieter machine, or with more sessions); it never makes a verdict up.
 
 `compare --stored` skips the worktree and compares the working tree's
 sessions with the figures saved in the baseline, each divided by its own
@@ -249,7 +255,15 @@ def run_session(source: Path, output: Path, select: str | None, tiny: bool,
         "minimum": {b["name"]: b["stats"]["min"] for b in data["benchmarks"]},
         "median": {b["name"]: b["stats"]["median"] for b in data["benchmarks"]},
         "group": {b["name"]: b["group"] for b in data["benchmarks"]},
+        "cores": {b["name"]: cores_needed(b) for b in data["benchmarks"]},
     }
+
+
+def cores_needed(benchmark: dict) -> int:
+    """Cores a pytest-benchmark entry keeps busy at once: its `num_threads` parameter,
+    or `cores` in its extra_info (the Multiprocessing step's workers); else 1."""
+    params = benchmark.get("params") or {}
+    return int(benchmark.get("extra_info", {}).get("cores") or params.get("num_threads") or 1)
 
 
 def normalized(session: dict) -> dict:
@@ -307,8 +321,15 @@ def _format_seconds(value: float) -> str:
     return f"{value / 1e-9:.3g} ns"
 
 
+def peak_load(sessions) -> float:
+    """The highest 1-minute load average seen before or after any of `sessions`."""
+    values = [s[key][0] for s in sessions for key in ("load_before_1_5_15", "load_after_1_5_15")
+              if s.get(key)]
+    return max(values) if values else math.nan
+
+
 def analyse(baseline_sessions, current_sessions, threshold, stored=False,
-            reference_comparable=True) -> list[dict]:
+            reference_comparable=True, usable_cores: int | None = None) -> list[dict]:
     """One row per benchmark. Interleaved: the verdict on absolute times with the
     reference's drift as allowance (none when the reference's code differs between the
     sides). `stored`: the verdict on x-reference figures (absolute times from another
@@ -321,6 +342,8 @@ def analyse(baseline_sessions, current_sessions, threshold, stored=False,
     if reference_comparable and not stored:
         drift = verdict(*([s[REFERENCE] for s in side if REFERENCE in s] for side in absolute))["ratio"]
     failed_current = {n for s in current_sessions for n in s.get("failed", [])}
+    cores = {n: c for s in baseline_sessions + current_sessions for n, c in s.get("cores", {}).items()}
+    load = peak_load(current_sessions if stored else baseline_sessions + current_sessions)
     rows = []
     for name in names:
         b, c = ([s[name] for s in side if name in s] for side in absolute)
@@ -337,6 +360,11 @@ def analyse(baseline_sessions, current_sessions, threshold, stored=False,
             row["ratio_time"] = min(c) / min(b) if b and c else math.nan
         if name == REFERENCE:
             row["verdict"] = "yardstick"
+        elif cores.get(name, 1) > 1 and usable_cores and not load < usable_cores \
+                and row["verdict"] in ("REGRESSION", "faster", "same"):
+            # Whether a second core is free is the other jobs' doing: such a benchmark is
+            # bimodal on a shared machine (a 2-thread step takes 46 or 91 us by session).
+            row["verdict"] = f"not judged ({cores[name]} cores, load {load:.1f})"
         elif name in failed_current and not c:
             row["verdict"] = "FAILED on current"
         rows.append(row)
@@ -420,7 +448,8 @@ def command_compare(args) -> int:
                         "the x-reference figures are not comparable across them, and no drift "
                         "allowance is made")
     rows = analyse(sessions["baseline"], sessions["current"], args.threshold,
-                   stored=args.stored, reference_comparable=len(hashes - {None}) <= 1)
+                   stored=args.stored, reference_comparable=len(hashes - {None}) <= 1,
+                   usable_cores=machine["usable_cores"])
     regressions = [r for r in rows if r["verdict"] in ("REGRESSION", "FAILED on current",
                                                        "missing on current")]
     all_sessions = sessions["baseline"] + sessions["current"]
@@ -447,6 +476,11 @@ def command_compare(args) -> int:
     if busy:
         warnings.append(f"{len(busy)} of {len(all_sessions)} sessions ended with the load average "
                         f"above the {machine['usable_cores']} usable cores: the machine was shared")
+    if any(r["verdict"].startswith("not judged") for r in rows):
+        warnings.append("benchmarks that keep several cores busy are not judged: the load "
+                        f"average reached {peak_load(all_sessions):.1f} on "
+                        f"{machine['usable_cores']} usable cores, so whether their other cores "
+                        "were free depended on other jobs")
     text = "\n".join(header + [f"WARNING: {w}" for w in warnings] + ["", report_table(rows)])
     outcome = (f"\nverdict: REGRESSION in {len(regressions)} benchmark(s): "
                + ", ".join(r["benchmark"] for r in regressions)) if regressions \

@@ -67,6 +67,7 @@ def test_multiprocessing_step(benchmark):
         env.reset(seed=0)
         actions = np.random.default_rng(0).integers(0, 2, num_envs).astype(np.int32)
         benchmark.group = "multiprocessing_step"
+        benchmark.extra_info["cores"] = 2      # two workers step at once (baseline.py)
         benchmark(env.step, actions)
         benchmark.extra_info["agent_steps_per_sec"] = num_envs / seconds(benchmark)
 

@@ -110,6 +110,28 @@ def test_a_slower_benchmark_on_an_unchanged_machine_is_a_regression():
     assert "REGRESSION (beyond +-10%)" in text and "yardstick" in text
 
 
+def test_a_multi_core_benchmark_is_judged_only_when_the_cores_were_free():
+    """A 2-thread step is bimodal on a shared machine (the second core free or not):
+    with the load average at or above the usable cores it is reported, not judged."""
+    def with_load(runs, load):
+        for session in runs:
+            session["cores"] = {"step2": 2, "step1": 1}
+            session["load_before_1_5_15"] = session["load_after_1_5_15"] = [load, load, load]
+        return runs
+    figures = dict(step1=[5.0, 5.05, 5.02], step2=[2.5, 2.6, 2.55])
+    slower = dict(step1=[7.5, 7.6, 7.55], step2=[5.0, 5.1, 5.05])
+    for load, judged in ((4.5, False), (1.4, True)):
+        before = with_load(sessions([1.0, 1.02, 1.01], **figures), load)
+        after = with_load(sessions([1.0, 1.01, 1.02], **slower), load)
+        rows = {row["benchmark"]: row for row in baseline.analyse(before, after, 0.10,
+                                                                  usable_cores=2)}
+        assert rows["step1"]["verdict"] == "REGRESSION"
+        assert rows["step2"]["verdict"] == ("REGRESSION" if judged else "not judged (2 cores, load 4.5)")
+    assert baseline.cores_needed({"params": {"num_threads": 2, "name": "cartpole"}}) == 2
+    assert baseline.cores_needed({"params": None, "extra_info": {"cores": 2}}) == 2
+    assert baseline.cores_needed({"params": None, "extra_info": {}}) == 1
+
+
 def test_sessions_are_interleaved_abba():
     assert baseline.session_order(3) == ["baseline", "current", "current", "baseline",
                                          "baseline", "current"]
