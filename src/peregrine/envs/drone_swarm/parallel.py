@@ -64,6 +64,9 @@ class DroneSwarmParallelEnv(ParallelEnv):
         self.observation_spaces = {agent: self._env.single_observation_space
                                    for agent in self.possible_agents}
         self.action_spaces = {agent: self._env.single_action_space for agent in self.possible_agents}
+        # The global state (see `state`): one instance, so writing it costs next to nothing.
+        self._env.enable_states()
+        self.state_space = self._env.single_state_space
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self.observation_spaces[agent]
@@ -129,8 +132,15 @@ class DroneSwarmParallelEnv(ParallelEnv):
         return np.asarray(draw_frame(state, self.config, size=self.render_size))
 
     def state(self) -> np.ndarray:
-        """The instance's exact state (flat float64; layout in the package docstring)."""
-        return self._env.get_state(0)
+        """The global state: float32 [state_dim] in `state_space` ([-1, 1]), every
+        drone and victim and the time, normalised for learning (layout in the
+        package docstring, "Global state"), for a centralised critic. After the
+        step that ended an episode it is the state the episode ended on, like the
+        observations that step returned. (The exact float64 snapshot of the
+        instance is `env.unwrapped._env.get_state(0)`.)"""
+        batch = self._env
+        ended = bool(batch.terminals[0] or batch.truncations[0])   # cleared by reset
+        return (batch.final_states if ended else batch.states)[0].copy()
 
     def close(self) -> None:
         self._env.close()

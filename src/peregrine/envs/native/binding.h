@@ -159,9 +159,23 @@ typedef struct {
     int lane;
 } PgWorkerArg;
 
+/* The global state of instances [start, end) into pg.states, when a caller
+ * attached it (pg_env.h, ENV_GLOBAL_STATE); nothing otherwise. */
+static void pg_write_states(Env *env, int start, int end) {
+#ifdef ENV_GLOBAL_STATE
+    PgBatch *pg = &env->pg;
+    if (!pg->states) return;
+    for (int i = start; i < end; i++)
+        env_global_state(env, i, pg->states + (size_t)i * (size_t)pg->state_dim);
+#else
+    (void)env, (void)start, (void)end;
+#endif
+}
+
 static void pg_run_span(Env *env, int op, int start, int end) {
     if (op == 0) env_step(env, start, end);
     else env_reset(env, start, end);
+    pg_write_states(env, start, end);
 }
 
 /* Runs the pool's op on the covered instances of [start, end). With a
@@ -390,6 +404,8 @@ typedef struct {
     PgPool *pool;
     Py_buffer views[PG_NUM_BUFFERS];
     int have_view[PG_NUM_BUFFERS];
+    Py_buffer state_views[2]; /* states, final_states: once attach_states was called */
+    int have_state_views;
     int initialised;
     atomic_int busy;
 } PgBatchObject;
@@ -426,8 +442,13 @@ static Env *pg_env_new(const double *config, int num_envs) {
         return NULL;
     }
     PgBatch *pg = &env->pg;
+#ifdef ENV_GLOBAL_STATE
+    const int bad_state = pg->state_dim < 1;
+#else
+    const int bad_state = pg->state_dim != 0;
+#endif
     if (pg->obs_dim < 1 || pg->agents_per_env < 1 || pg->action_dim < 1 ||
-        pg->action_dim > PG_MAX_ACTION_DIM) {
+        pg->action_dim > PG_MAX_ACTION_DIM || bad_state) {
         PyErr_SetString(PyExc_RuntimeError, "env_init produced invalid dimensions");
         pg_env_delete(env);
         return NULL;
@@ -450,6 +471,11 @@ static void pg_batch_release(PgBatchObject *self) {
     for (int i = 0; i < PG_NUM_BUFFERS; i++) {
         if (self->have_view[i]) PyBuffer_Release(&self->views[i]);
         self->have_view[i] = 0;
+    }
+    if (self->have_state_views) {
+        PyBuffer_Release(&self->state_views[0]);
+        PyBuffer_Release(&self->state_views[1]);
+        self->have_state_views = 0;
     }
     self->initialised = 0;
 }
@@ -728,7 +754,7 @@ static PyObject *pg_batch_layout(PgBatchObject *self, PyObject *Py_UNUSED(ignore
         PyTuple_SET_ITEM(allocations, a, Py_BuildValue("(nn)", (Py_ssize_t)pg->allocs[a].offset,
                                                        (Py_ssize_t)pg->allocs[a].bytes));
     return Py_BuildValue(
-        "{s:K,s:n,s:N,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}", "address",
+        "{s:K,s:n,s:N,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}", "address",
         (unsigned long long)(uintptr_t)self->env, "size", (Py_ssize_t)sizeof(Env),
         "allocations", allocations, "buffers",
         "observations", (Py_ssize_t)offsetof(PgBatch, observations),
@@ -739,7 +765,9 @@ static PyObject *pg_batch_layout(PgBatchObject *self, PyObject *Py_UNUSED(ignore
         "truncations", (Py_ssize_t)offsetof(PgBatch, truncations),
         "masks", (Py_ssize_t)offsetof(PgBatch, masks),
         "rng", (Py_ssize_t)offsetof(PgBatch, rng),
-        "stats", (Py_ssize_t)offsetof(PgBatch, stats));
+        "stats", (Py_ssize_t)offsetof(PgBatch, stats),
+        "states", (Py_ssize_t)offsetof(PgBatch, states),
+        "final_states", (Py_ssize_t)offsetof(PgBatch, final_states));
 }
 
 /* Returns (episodes, sums, sums_of_squares) reduced in instance order. */
@@ -833,6 +861,53 @@ static PyObject *pg_batch_set_state(PgBatchObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "state values are inconsistent for this env");
         return NULL;
     }
+    pg_write_states(self->env, instance, instance + 1);
+    Py_RETURN_NONE;
+}
+
+/* attach_states(states, final_states): float32 [num_envs, state_dim] buffers the
+ * batch writes the global state into from now on (pg_env.h, ENV_GLOBAL_STATE);
+ * the current states are written at once. Attaching again replaces them. */
+static PyObject *pg_batch_attach_states(PgBatchObject *self, PyObject *args) {
+    PyObject *objs[2];
+    if (!PyArg_ParseTuple(args, "OO", &objs[0], &objs[1])) return NULL;
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    if (pg->state_dim < 1) {
+        PyErr_Format(PyExc_ValueError, "%s has no global state (state_dim 0)", ENV_MODULE_NAME);
+        return NULL;
+    }
+    if (atomic_load(&self->busy)) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot attach states while the Batch is stepping");
+        return NULL;
+    }
+    static const char *names[2] = {"states", "final_states"};
+    Py_buffer views[2];
+    Py_ssize_t count = (Py_ssize_t)pg->num_envs * pg->state_dim;
+    for (int b = 0; b < 2; b++) {
+        if (pg_get_buffer(objs[b], &views[b], names[b], 'f', count, 1) != 0) {
+            if (b) PyBuffer_Release(&views[0]);
+            return NULL;
+        }
+    }
+    if ((char *)views[0].buf < (char *)views[1].buf + views[1].len &&
+        (char *)views[1].buf < (char *)views[0].buf + views[0].len) {
+        PyBuffer_Release(&views[0]);
+        PyBuffer_Release(&views[1]);
+        PyErr_SetString(PyExc_ValueError, "states and final_states overlap in memory");
+        return NULL;
+    }
+    if (self->have_state_views) {
+        PyBuffer_Release(&self->state_views[0]);
+        PyBuffer_Release(&self->state_views[1]);
+    }
+    self->state_views[0] = views[0];
+    self->state_views[1] = views[1];
+    self->have_state_views = 1;
+    pg->states = (float *)views[0].buf;
+    pg->final_states = (float *)views[1].buf;
+    memset(pg->final_states, 0, (size_t)count * sizeof(float));
+    pg_write_states(self->env, 0, pg->num_envs);
     Py_RETURN_NONE;
 }
 
@@ -870,6 +945,8 @@ static PyMethodDef pg_batch_methods[] = {
     {"get_state", (PyCFunction)pg_batch_get_state, METH_VARARGS, "State of one instance."},
     {"set_state", (PyCFunction)pg_batch_set_state, METH_VARARGS, "Overwrite one instance."},
     {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
+    {"attach_states", (PyCFunction)pg_batch_attach_states, METH_VARARGS,
+     "Write the global state into (states, final_states) from now on."},
     {"repair_actions", (PyCFunction)pg_batch_repair_actions, METH_O,
      "Repair and count bad actions as the device batches do (errors: uint64 [2])."},
     {"layout", (PyCFunction)pg_batch_layout, METH_NOARGS,
@@ -924,10 +1001,10 @@ static PyObject *pg_describe_fn(PyObject *Py_UNUSED(m), PyObject *config_obj) {
         PyTuple_SET_ITEM(nvec, i, PyLong_FromLong(pg->action_nvec[i]));
     static const char *kinds[] = {"discrete", "multidiscrete", "continuous"};
     PyObject *out = Py_BuildValue(
-        "{s:i,s:s,s:i,s:s,s:i,s:N,s:i}", "obs_dim", pg->obs_dim, "obs_dtype",
+        "{s:i,s:s,s:i,s:s,s:i,s:N,s:i,s:i}", "obs_dim", pg->obs_dim, "obs_dtype",
         pg->obs_is_uint8 ? "uint8" : "float32", "agents_per_env", pg->agents_per_env,
         "action_kind", kinds[pg->action_kind], "action_dim", pg->action_dim, "action_nvec",
-        nvec, "state_size", env_state_size(env));
+        nvec, "state_size", env_state_size(env), "global_state_dim", pg->state_dim);
     pg_env_delete(env);
     return out;
 }

@@ -15,11 +15,31 @@
 
 /* One step of every instance: bad actions repaired and counted first
  * (pg_repair_actions), then the env's own step, auto-reset included. */
+/* Instance i's global state into pg.states, when one is attached (pg_env.h,
+ * ENV_GLOBAL_STATE); as the CPU binding's pg_write_states. */
+__device__ static void pg_write_state(Env *env, int i) {
+#ifdef ENV_GLOBAL_STATE
+    if (env->pg.states)
+        env_global_state(env, i, env->pg.states + (size_t)i * (size_t)env->pg.state_dim);
+#else
+    (void)env, (void)i;
+#endif
+}
+
 extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
     const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
     if (i >= env->pg.num_envs) return;
     pg_repair_actions(&env->pg, i, errors);
     env_step(env, i, i + 1);
+    pg_write_state(env, i);
+}
+
+/* Every instance's global state from the current env state (after states are
+ * attached, or after the host wrote instances' exact states). */
+extern "C" __global__ void pg_states(Env *env) {
+    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i >= env->pg.num_envs) return;
+    pg_write_state(env, i);
 }
 
 /* Fresh episodes everywhere, as the CPU batch's reset: with `reseed`, every
@@ -30,6 +50,7 @@ extern "C" __global__ void pg_reset(Env *env, unsigned long long seed, int resee
     if (reseed) env->pg.rng[i] = pg_seed_instance(seed, (uint64_t)i);
     pg_clear_instance(&env->pg, i, 1);
     env_reset(env, i, i + 1);
+    pg_write_state(env, i);
 }
 
 #endif /* PEREGRINE_PG_GPU_H */
