@@ -109,7 +109,9 @@ def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     from .policy import Policy
     check_env(payload, env, path)
     policy_config = PolicyConfig(**payload["config"]["policy"])
-    policy = Policy(env.single_observation_space, env.single_action_space, policy_config)
+    # A centralised critic's input width (the actor, all that runs here, needs no state).
+    policy = Policy(env.single_observation_space, env.single_action_space, policy_config,
+                    int(payload.get("critic_state_dim", 0)))
     try:
         policy.load_state_dict(payload["policy"])
     except (RuntimeError, KeyError) as error:
@@ -167,10 +169,10 @@ class Actor:
                 self.state = self.policy.initial_state(rows, "cpu")
                 self.starts = torch.zeros(rows, dtype=torch.bool)
             starts = self.starts if self.starts is not None else torch.zeros(rows, dtype=torch.bool)
-            params, _values, self.state = self.policy.heads(obs, self.state, starts)
+            params, self.state = self.policy.act(obs, self.state, starts)
             self.starts = torch.zeros(rows, dtype=torch.bool)
         else:
-            params, _values, _ = self.policy.heads(obs)
+            params, _ = self.policy.act(obs)
         if self.generator is None:
             actions = self.policy.deterministic(params, mask)
         else:

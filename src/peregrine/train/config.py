@@ -110,6 +110,11 @@ class PolicyConfig:
     init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
     action_mask: str = "auto"        # Discrete heads: "auto" = mask invalid actions with the
                                      # env's action_mask_slice (if it has one) | "false"
+    critic: str = "local"            # what the value function reads: "local" = the row's own
+    #                                  observation, as the actor | "global" = the env's global
+    #                                  state + agent id + own observation (MAPPO's agent-
+    #                                  specific state) | "state" = the global state alone;
+    #                                  the actor always reads only its row (policy.py)
 
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
@@ -120,6 +125,7 @@ CHOICES = {
     ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),
+    ("policy", "critic"): ("local", "global", "state"),
 }
 
 
@@ -399,6 +405,15 @@ def validate(config: Config) -> None:
         if unsupported:
             raise ValueError(f"vec.split = {v.split} does not support {', '.join(unsupported)} "
                              f"yet; turn those off or set vec.split = 1")
+    if p.critic != "local":
+        unsupported = [name for name, value in (
+            ("train.overlap", t.overlap), ("vec.backend = 'multiprocessing'",
+                                           v.backend == "multiprocessing")) if value]
+        if unsupported:
+            raise ValueError(f"policy.critic = {p.critic!r} does not support "
+                             f"{', '.join(unsupported)} yet (the global state is written into "
+                             f"the env batch's own buffers); turn those off or set "
+                             f"policy.critic = 'local'")
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
                          f"({t.horizon}) when policy.lstm is true")
