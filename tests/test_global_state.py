@@ -119,7 +119,7 @@ def test_device_batch_on_the_cpu_writes_the_same_states():
 
 
 def _pg_states_body(name):
-    from peregrine.envs import gpu
+    from peregrine.envs.gpu import compiler as gpu
     ptx = gpu.compile_env(name, "ptx").decode(errors="replace")
     body = ptx.split(".entry pg_states", 1)[1]
     return body.split(".entry", 1)[0]

@@ -1,7 +1,7 @@
 """The global state column of a centralised critic (`policy.critic = "global" | "state"`).
 
 A multi-agent env may write one global state per instance (the env contract,
-envs/native_env.py: `enable_states()`, `states`, `final_states`). The critic
+envs/native/batch.py: `enable_states()`, `states`, `final_states`). The critic
 reads it per *row*: row r is agent r % agents_per_env of instance
 r // agents_per_env, so each row's column is its instance's state, followed for
 "global" by a one-hot of the agent's index (the policy appends the row's own

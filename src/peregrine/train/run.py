@@ -32,7 +32,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
-from . import checkpoint, distributed
+from . import checkpoint
+from . import distributed
 from .config import Config, load_config, read_toml
 from .metrics import RunLogger
 from .ppo import Trainer

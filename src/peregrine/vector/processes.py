@@ -66,7 +66,7 @@ from multiprocessing import get_context, shared_memory
 
 import numpy as np
 
-from ..envs.native_env import ResetResult, StepResult
+from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
 from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
                      resolve_seed, stats_to_sums)
