@@ -111,7 +111,7 @@ def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     policy_config = PolicyConfig(**payload["config"]["policy"])
     # A centralised critic's input width (the actor, all that runs here, needs no state).
     policy = Policy(env.single_observation_space, env.single_action_space, policy_config,
-                    int(payload.get("critic_state_dim", 0)))
+                    int(payload.get("critic_state_dim", 0)), payload.get("observation_slots", ()))
     try:
         policy.load_state_dict(payload["policy"])
     except (RuntimeError, KeyError) as error:

@@ -35,6 +35,15 @@ With the LSTM the critic stays feed-forward (the global state is what memory
 stands in for); the actor is unchanged in every mode, so `act` (evaluation,
 rendering) never needs a state.
 
+Slot encoder (`policy.slot_encoder = "deepsets"`): where the env describes
+repeated slots in its observation (`observation_slots`: DroneSwarm's detection
+and obstacle slots, each group a number of same-shaped slots), the actor's (and
+a local critic's) first layers see each group through a Deep Sets encoder: one
+small MLP applied to every slot, zeroed for an empty (all-zero) slot, and
+summed over the group, beside the other columns as they are. The sum does not
+depend on the order of the slots, so neither does the policy (the env's
+nearest-first order is kept only as the information in each slot's values).
+
 Sampling takes a `torch.Generator`, so a seeded run draws the same actions on
 every run; log-probabilities and entropies are written out by hand rather than
 through `torch.distributions`, which costs several microseconds per call in
@@ -103,6 +112,50 @@ def layer_init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
+class SlotEncoder(nn.Module):
+    """Deep Sets over an observation's repeated slots (module docstring).
+
+    `slots`: ((name, first column, count, width), ...), groups that do not
+    overlap. Output: the columns outside every group, in order, then per group
+    sum over its non-empty slots of phi(slot) ([..., size]); phi is one layer
+    with the policy's activation, one per group."""
+
+    def __init__(self, obs_dim: int, slots, size: int, activation: str):
+        super().__init__()
+        self.groups = [(int(first), int(count), int(width)) for _, first, count, width in slots]
+        covered = set()
+        for name, first, count, width in slots:
+            columns = set(range(int(first), int(first) + int(count) * int(width)))
+            if not columns or min(columns) < 0 or max(columns) >= obs_dim or columns & covered:
+                raise ValueError(f"observation slot group {name!r} ({count} x {width} from "
+                                 f"column {first}) must lie inside the {obs_dim} observation "
+                                 f"columns and not overlap another group")
+            covered |= columns
+        self.register_buffer("rest", torch.tensor(
+            [c for c in range(obs_dim) if c not in covered], dtype=torch.long), persistent=False)
+        self.phis = nn.ModuleList(mlp(width, size, 1, activation)[0]
+                                  for _, _, width in self.groups)
+        self.out_dim = len(self.rest) + size * len(self.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x.index_select(-1, self.rest)]
+        for (first, count, width), phi in zip(self.groups, self.phis):
+            slots = x[..., first:first + count * width].unflatten(-1, (count, width))
+            present = (slots != 0).any(-1, keepdim=True).to(x.dtype)
+            parts.append((phi(slots) * present).sum(-2))
+        return torch.cat(parts, -1)
+
+
+def body(in_size: int, hidden: int, layers: int, activation: str, slots=(),
+         slot_size: int = 0) -> tuple[nn.Module, int]:
+    """An MLP, behind a SlotEncoder when `slots` are given (policy.slot_encoder)."""
+    if not slots:
+        return mlp(in_size, hidden, layers, activation)
+    encoder = SlotEncoder(in_size, slots, slot_size, activation)
+    network, size = mlp(encoder.out_dim, hidden, layers, activation)
+    return nn.Sequential(encoder, network), size
+
+
 def mlp(in_size: int, hidden: int, layers: int, activation: str) -> tuple[nn.Module, int]:
     act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
     modules: list[nn.Module] = []
@@ -117,9 +170,11 @@ CRITICS = ("local", "global", "state")
 
 
 class Policy(nn.Module):
-    def __init__(self, observation_space, action_space, config, critic_state_dim: int = 0):
+    def __init__(self, observation_space, action_space, config, critic_state_dim: int = 0,
+                 observation_slots=()):
         """`critic_state_dim`: width of the global state column a "global" / "state"
-        critic reads (critic_states.py); 0 for a local critic."""
+        critic reads (critic_states.py); 0 for a local critic. `observation_slots`:
+        the env's repeated observation slots, read with policy.slot_encoder."""
         super().__init__()
         self.observation_space_desc = describe_space(observation_space)
         self.action_space_desc = describe_space(action_space)
@@ -153,8 +208,16 @@ class Policy(nn.Module):
                              f"{'a' if self.central else 'no'} global state column, got width "
                              f"{critic_state_dim}")
         self.critic_state_dim = int(critic_state_dim)
+        encoder = getattr(config, "slot_encoder", "none")
+        if encoder == "deepsets" and not observation_slots:
+            raise ValueError("policy.slot_encoder = 'deepsets' needs an env that describes "
+                             "repeated observation slots (observation_slots, e.g. DroneSwarm "
+                             "with obs_n_nearest or obs_n_obstacles > 0); this one has none")
+        self.observation_slots = [list(group) for group in observation_slots] \
+            if encoder == "deepsets" else []
+        slots = dict(slots=self.observation_slots, slot_size=getattr(config, "slot_size", 0))
         if self.use_lstm:
-            self.encoder, size = mlp(self.obs_dim, hidden, max(layers, 1), activation)
+            self.encoder, size = body(self.obs_dim, hidden, max(layers, 1), activation, **slots)
             self.lstm = nn.LSTM(size, config.lstm_size)
             for name, parameter in self.lstm.named_parameters():
                 if "bias" in name:
@@ -165,12 +228,18 @@ class Policy(nn.Module):
             actor_in = critic_in = config.lstm_size
             self.actor_body = self.critic_body = None
         else:
-            self.actor_body, actor_in = mlp(self.obs_dim, hidden, layers, activation)
-            self.critic_body, critic_in = mlp(self.obs_dim, hidden, layers, activation)
+            self.actor_body, actor_in = body(self.obs_dim, hidden, layers, activation, **slots)
+            self.critic_body, critic_in = body(self.obs_dim, hidden, layers, activation, **slots)
             self.lstm_size = 0
+        self.critic_slots = None
         if self.central:    # its own MLP over the global state (+ the observation)
-            central_in = critic_state_dim + (self.obs_dim if self.critic_kind == "global" else 0)
-            self.critic_body, critic_in = mlp(central_in, hidden, max(layers, 1), activation)
+            own = self.obs_dim if self.critic_kind == "global" else 0
+            if own and self.observation_slots:      # the observation's slots as the actor's
+                self.critic_slots = SlotEncoder(self.obs_dim, self.observation_slots,
+                                                slots["slot_size"], activation)
+                own = self.critic_slots.out_dim
+            self.critic_body, critic_in = mlp(critic_state_dim + own, hidden, max(layers, 1),
+                                              activation)
         self.actor_head = layer_init(nn.Linear(actor_in, out), 0.01)
         self.critic_head = layer_init(nn.Linear(critic_in, 1), 1.0)
         if kind == "box":
@@ -208,6 +277,8 @@ class Policy(nn.Module):
             raise ValueError(f"this policy's critic (policy.critic = {self.critic_kind!r}) "
                              f"reads the global state: pass critic_states")
         if self.critic_kind == "global":
+            if self.critic_slots is not None:
+                inputs = self.critic_slots(inputs)
             critic_states = torch.cat([critic_states.to(inputs.dtype), inputs], -1)
         return self.critic_head(self.critic_body(critic_states)).squeeze(-1)
 

@@ -164,14 +164,17 @@ class Trainer:
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
-        # A centralised critic's state column (vec.split: each half's native block has it).
-        state_source = env if config.vec.split == 1 or p.critic == "local" \
+        # What the native batch describes (vec.split: each half's native block does): a
+        # centralised critic's state column, the observation's repeated slots.
+        native = env if config.vec.split == 1 or (p.critic == "local" and
+                                                  p.slot_encoder == "none") \
             else environment.split_blocks(env)[0]
-        critic_width = global_state_width(state_source, p.critic)
+        critic_width = global_state_width(native, p.critic)
+        slots = getattr(native, "observation_slots", ()) if p.slot_encoder != "none" else ()
         check_memory(config, rows, math.prod(env.single_observation_space.shape), critic_width)
         action_space = env.single_action_space
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
-                                      critic_width).to(device)
+                                      critic_width, slots).to(device)
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
@@ -460,6 +463,7 @@ class Trainer:
             "config": self.config.to_dict(),
             "policy": self.policy.state_dict(),
             "critic_state_dim": self.policy.critic_state_dim,
+            "observation_slots": self.policy.observation_slots,
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "generator": self.generator.get_state(),

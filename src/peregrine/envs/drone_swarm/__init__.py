@@ -196,6 +196,17 @@ STATE_VICTIM = 6
 STATE_OBSTACLE = 5
 
 
+def observation_slots(config) -> tuple[tuple[str, int, int, int], ...]:
+    """The repeated slots of a drone's observation, (name, first column, slots,
+    columns per slot), for permutation-invariant encoders (policy.slot_encoder):
+    the detection slots (dx, dy, p) after the 10 own features, then the obstacle
+    slots (x0, y0, x1, y1); an empty slot is all zeros. Groups with no slot are
+    left out. The layout is the module docstring's (drone_swarm.h writes it)."""
+    k, k_obstacles = int(config["obs_n_nearest"]), int(config["obs_n_obstacles"])
+    groups = (("detections", 10, k, 3), ("obstacles", 10 + 3 * k, k_obstacles, 4))
+    return tuple(group for group in groups if group[2] > 0)
+
+
 def global_state_dim(config) -> int:
     """Width of the global state for a config (the C header's pg.state_dim)."""
     return (STATE_HEADER + STATE_DRONE * int(config["n_drones"])
@@ -306,6 +317,11 @@ class DroneSwarm(NativeEnv):
 
     def observation_bounds(self):
         return -1.0, 1.0
+
+    @property
+    def observation_slots(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The observation's repeated slots (see `observation_slots`)."""
+        return observation_slots(self.config)
 
     @property
     def state_layout(self) -> dict:

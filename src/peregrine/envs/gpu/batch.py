@@ -267,6 +267,8 @@ class DeviceEnv:
                           "single_state_space"):
             setattr(self, attribute, getattr(host, attribute))
         self.states = self.final_states = None       # until enable_states()
+        if hasattr(host, "observation_slots"):
+            self.observation_slots = host.observation_slots
         arrays = _HostArrays(host._batch)
         if self.device.type == "cpu":
             buffers = {name: torch.from_numpy(getattr(host, name)) for name in BUFFER_NAMES}
