@@ -103,7 +103,7 @@ def test_device_batch_on_the_cpu_writes_the_same_states():
     torch = pytest.importorskip("torch")
     native = DroneSwarm(num_envs=4, seed=3, **SMALL)
     device = peregrine.make("drone_swarm", num_envs=4, seed=3, device="cpu", **SMALL)
-    assert device.states is None
+    assert device.states is None and device.state_space == native.state_space
     native.enable_states()
     states = device.enable_states()
     assert tuple(states.shape) == (4, native.state_dim)

@@ -264,7 +264,7 @@ class DeviceEnv:
         for attribute in ("name", "num_envs", "agents_per_env", "num_agents", "obs_dim",
                           "config", "single_observation_space", "single_action_space",
                           "observation_space", "action_space", "num_threads", "state_dim",
-                          "single_state_space"):
+                          "single_state_space", "state_space"):
             setattr(self, attribute, getattr(host, attribute))
         self.states = self.final_states = None       # until enable_states()
         if hasattr(host, "observation_slots"):
