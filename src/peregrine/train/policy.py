@@ -229,7 +229,10 @@ class Policy(nn.Module):
             self.actor_body = self.critic_body = None
         else:
             self.actor_body, actor_in = body(self.obs_dim, hidden, layers, activation, **slots)
-            self.critic_body, critic_in = body(self.obs_dim, hidden, layers, activation, **slots)
+            self.critic_body = None
+            if not self.central:
+                self.critic_body, critic_in = body(self.obs_dim, hidden, layers, activation,
+                                                   **slots)
             self.lstm_size = 0
         self.critic_slots = None
         if self.central:    # its own MLP over the global state (+ the observation)
