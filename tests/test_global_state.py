@@ -157,3 +157,26 @@ def test_pettingzoo_state_is_the_normalised_global_state():
     assert env.state()[0] == 0.0        # a fresh episode's time
     env.close()
     native.close()
+
+
+def test_copies_and_pickles_keep_the_global_state():
+    import copy
+    import pickle
+    env = DroneSwarm(num_envs=3, seed=4, **SMALL)
+    env.enable_states()
+    rng = np.random.default_rng(2)
+    for _ in range(SMALL["max_steps"] + 3):        # past an episode end: final states too
+        env.step(random_actions(rng, env.num_agents))
+    for twin in (copy.deepcopy(env), pickle.loads(pickle.dumps(env))):
+        np.testing.assert_array_equal(twin.states, env.states)
+        np.testing.assert_array_equal(twin.final_states, env.final_states)
+        actions = random_actions(rng, env.num_agents)
+        twin.step(actions)
+        expected = copy.deepcopy(env)
+        expected.step(actions)
+        np.testing.assert_array_equal(twin.states, expected.states)
+        twin.close()
+        expected.close()
+    plain = copy.deepcopy(DroneSwarm(num_envs=1, **SMALL))
+    assert plain.states is None                       # not enabled, not enabled in the copy
+    env.close()
