@@ -165,7 +165,8 @@ class _CudaKernels:
         kernel_max_threads = min(
             gpu._check(driver.cuFuncGetAttribute(
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel),
-                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel))
+                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel,
+                                                      self.states_kernel))
         self.blocks, self.threads = gpu.launch_config(host.num_envs,
                                                       kernel_max_threads=kernel_max_threads)
         self.push()
