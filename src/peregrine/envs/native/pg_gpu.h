@@ -23,8 +23,6 @@ __device__ static inline unsigned long long pg_thread_index(void) {
     return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 }
 
-/* One step of every instance: bad actions repaired and counted first
- * (pg_repair_actions), then the env's own step, auto-reset included. */
 /* Instance i's global state into pg.states, when one is attached (pg_env.h,
  * ENV_GLOBAL_STATE); as the CPU binding's pg_write_states. */
 __device__ static void pg_write_state(Env *env, int i) {
@@ -36,6 +34,9 @@ __device__ static void pg_write_state(Env *env, int i) {
 #endif
 }
 
+/* One step of every instance: bad actions repaired and counted first
+ * (pg_repair_actions), then the env's own step, auto-reset included, then the
+ * global state when one is attached. */
 extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
     const unsigned long long thread = pg_thread_index();
     if (thread >= (unsigned long long)env->pg.num_envs) return;
@@ -48,9 +49,9 @@ extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
 /* Every instance's global state from the current env state (after states are
  * attached, or after the host wrote instances' exact states). */
 extern "C" __global__ void pg_states(Env *env) {
-    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= env->pg.num_envs) return;
-    pg_write_state(env, i);
+    const unsigned long long thread = pg_thread_index();
+    if (thread >= (unsigned long long)env->pg.num_envs) return;
+    pg_write_state(env, (int)thread);
 }
 
 /* Fresh episodes everywhere, as the CPU batch's reset: with `reseed`, every
