@@ -46,9 +46,18 @@ hangs (a step that never returns) cannot be told from a slow one, so by
 default the parent waits (Ctrl-C still works); with `timeout=SECONDS` a
 command unanswered for that long raises WorkerTimeoutError, and the workers
 are killed and the segment freed as for a dead worker. `close()`,
-garbage collection, interpreter exit and Ctrl-C stop every worker and unlink
-the segment; workers ignore SIGINT (the parent owns Ctrl-C) and exit on their
-own if the parent disappears.
+garbage collection, interpreter exit and Ctrl-C stop every worker.
+
+Lifetime. Workers ignore SIGINT and SIGTERM: Ctrl-C and a scheduler's
+preemption belong to the parent (a trainer saves its checkpoint through them),
+even where they reach the whole process group. They die with the parent
+instead (lifetime.py): the kernel kills them when it dies (Linux, when the env
+was made on the parent's main thread), and a watcher thread ends them
+otherwise, so a worker stuck inside an env's step is no orphan either. The
+segment's name is unlinked from /dev/shm as soon as every worker has mapped it
+(the mapping lives on until the last process unmaps it), so no way of ending,
+`kill -9` of every process included, leaves it behind; the semaphores' names
+are removed by Python's resource tracker once the parent and workers are gone.
 """
 from __future__ import annotations
 
@@ -72,6 +81,7 @@ from ..envs.native_env import ResetResult, StepResult
 from .base import VectorBase
 from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
                      resolve_seed, stats_to_sums)
+from .lifetime import die_with_parent, watch_parent
 from .recipe import EnvRecipe
 
 DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
@@ -210,6 +220,8 @@ class WorkerSpec:
     rows_per_worker: int
     seed: int | None            # the vector env's seed; every unit derives its own
     parent_pid: int             # the process that owns the env
+    start_method: str           # multiprocessing's: a forkserver child's parent is the server
+    main_thread: bool           # forked by the parent's main thread (so PDEATHSIG is safe)
     connection: Any             # this worker's end of its pipe (messages, replies, tracebacks)
     wake: Any                   # semaphore, parent -> this worker: "look at your flag"
     done: Any                   # semaphore shared by every worker -> parent: "something finished"
@@ -217,7 +229,15 @@ class WorkerSpec:
 
 
 def _worker_main(spec: WorkerSpec) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
+    # Ctrl-C and preemption belong to the parent, which stops the workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()      # the env's process, or the forkserver that forked us
+    if spec.start_method != "forkserver" and parent != spec.parent_pid:
+        return                 # the parent died before this worker got going
+    if spec.main_thread:
+        die_with_parent(parent)
+    watch_parent(parent, _PARENT_CHECK_PERIOD)
     conn, done = spec.connection, spec.done
     shm = shared_memory.SharedMemory(name=spec.segment_name)
     flag = _flag(shm.buf, spec.flags_offset + spec.index * _LINE)
@@ -239,8 +259,7 @@ def _worker_main(spec: WorkerSpec) -> None:
         done.release()
         step = block.step
         while True:
-            command = _wait_for_command(flag, shutdown, spec.wake, spec.parent_pid,
-                                        spec.spin_seconds)
+            command = _wait_for_command(flag, shutdown, spec.wake, parent, spec.spin_seconds)
             if command == STEP:
                 try:
                     step()
@@ -270,9 +289,9 @@ def _worker_main(spec: WorkerSpec) -> None:
             pass
 
 
-def _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds):
+def _wait_for_command(flag, shutdown, wake, parent, spin_seconds):
     """Busy-waits a little for STEP/MESSAGE, then sleeps on the wake semaphore;
-    None when it is time to exit (shutdown, or the parent is gone)."""
+    None when it is time to exit (shutdown, or the parent `parent` is gone)."""
     command = flag[0]
     if command == STEP or command == MESSAGE:
         return command
@@ -286,7 +305,7 @@ def _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds):
         if time.perf_counter() > spin_until:
             # A token means "look again": stale ones (commands caught while
             # spinning) only cost one extra look.
-            if not wake.acquire(timeout=_PARENT_CHECK_PERIOD) and os.getppid() != parent_pid:
+            if not wake.acquire(timeout=_PARENT_CHECK_PERIOD) and os.getppid() != parent:
                 return None  # the parent is gone: nobody will ever send work
     while wake.acquire(False):  # drop tokens of commands already seen
         pass
@@ -377,10 +396,7 @@ class _Resources:
         for process in started:
             process.join(max(0.0, deadline - time.monotonic()))
         for process in started:
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
+            if process.is_alive():     # workers ignore SIGTERM: straight to SIGKILL
                 process.kill()
                 process.join(1.0)
             try:
@@ -468,6 +484,8 @@ class Multiprocessing(VectorBase):
             self._start_workers(context, offsets, flags_offset, shutdown_offset, recipe_bytes,
                                 seed)
             self._wait(list(range(self.num_workers)))
+            # Every worker has mapped the segment: its name can go (see Lifetime).
+            resources.shm.unlink()
         except BaseException:
             self.close()
             raise
@@ -490,6 +508,7 @@ class Multiprocessing(VectorBase):
                     recipe=recipe_bytes, envs_per_worker=self.envs_per_worker,
                     envs_per_unit=self.envs_per_unit, agents_per_env=self.agents_per_env,
                     rows_per_worker=self.rows_per_worker, seed=seed, parent_pid=os.getpid(),
+                    start_method=context.get_start_method(), main_thread=main_thread,
                     connection=child_conn, wake=handle.wake, done=self._done)
                 process = context.Process(target=_worker_main, args=(spec,), daemon=True,
                                           name=f"peregrine-worker-{index}")
