@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import traceback
 
 import pytest
@@ -36,7 +37,8 @@ def _bits(tensor: torch.Tensor) -> bytes:
     return tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
 
 
-def _rank_main(rank, world_size, barrier, names, results, timeout, calls, die=False):
+def _rank_main(rank, world_size, barrier, names, results, timeout, calls, die=False,
+               linger=0.0):
     torch.set_num_threads(1)    # a forked child must not enter the parent's OpenMP pool
     try:
         def exchange(value):
@@ -59,6 +61,7 @@ def _rank_main(rank, world_size, barrier, names, results, timeout, calls, die=Fa
         left_behind = os.path.exists(f"/dev/shm/{segment.lstrip('/')}")
         reducer.close()
         results.put((rank, "ok", outputs, left_behind))
+        time.sleep(linger)      # alive but silent: a stuck rank, not a dead one
     except BaseException as error:     # reported to the test, not lost in the child
         results.put((rank, type(error).__name__, str(error), traceback.format_exc()))
 
@@ -70,7 +73,8 @@ def _run(world_size, calls=CALLS, timeout=60.0, silent=(), rank_calls=None, die=
     rank_calls = rank_calls or {}
     ranks = [CONTEXT.Process(target=_rank_main, args=(
         rank, world_size, barrier, names, results, timeout,
-        calls[:1] if rank in silent else rank_calls.get(rank, calls), rank in die))
+        calls[:1] if rank in silent else rank_calls.get(rank, calls), rank in die,
+        3.0 if rank in silent else 0.0))
         for rank in range(world_size)]
     for process in ranks:
         process.start()
@@ -101,8 +105,8 @@ def test_every_rank_gets_the_same_sum_in_rank_order(world_size):
 
 
 def test_a_rank_that_never_arrives_times_out_with_a_clear_error():
-    """Rank 1 makes one call and stops; rank 0's second call waits train.dist_timeout
-    seconds, then raises naming the missing rank and the timeout."""
+    """Rank 1 makes one call and stays (stuck, alive); rank 0's second call waits
+    train.dist_timeout seconds, then raises naming the missing rank and the timeout."""
     results = _run(2, calls=[(16, torch.float32)] * 2, timeout=0.5, silent=(1,))
     assert results[1][0] == "ok"
     status, message, _ = results[0]
@@ -132,7 +136,6 @@ def test_a_rank_that_dies_is_named_at_once_not_after_the_timeout():
     """A rank's process that is gone (killed, crashed) fails the others' next sum
     within a fraction of a second, so torchrun's restart is not held up by
     train.dist_timeout."""
-    import time
     start = time.monotonic()
     results = _run(2, calls=[(16, torch.float32)] * 2, timeout=60.0, silent=(1,), die=(1,))
     status, message, _ = results[0]

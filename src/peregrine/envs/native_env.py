@@ -417,6 +417,13 @@ class NativeEnv:
     def __exit__(self, *exc):
         self.close()
 
+    def __copy__(self):
+        # A shallow copy would share the C batch: closing the copy would close
+        # this env, and stepping either would step both.
+        raise TypeError(f"copy.copy() of a {type(self).__name__} would share its C batch "
+                        f"(closing one would close both); make another env with "
+                        f"peregrine.make(...) instead")
+
     def __repr__(self):
         return (f"{type(self).__name__}(num_envs={self.num_envs}, agents_per_env="
                 f"{self.agents_per_env}, num_threads={self.num_threads})")
