@@ -19,7 +19,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import gymnasium  # noqa: E402
 import numpy as np  # noqa: E402
 
-from peregrine.envs.bench import measure  # noqa: E402
+from peregrine.profile.bench import measure  # noqa: E402
 from peregrine.envs.cartpole.reference import CartPoleReference  # noqa: E402
 
 

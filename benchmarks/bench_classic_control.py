@@ -1,6 +1,6 @@
 """Env steps/s of the classic-control envs, with CartPole as the in-run baseline.
 
-Runs `peregrine bench`'s own measurement (peregrine.envs.bench.measure: random
+Runs `peregrine bench`'s own measurement (peregrine.profile.bench.measure: random
 actions pre-generated, one C call per step) for every env and thread count,
 interleaved and repeated, and prints the median of each with its ratio to
 CartPole's median at the same thread count. On a shared machine the ratios
@@ -16,7 +16,7 @@ import statistics
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
-from peregrine.envs.bench import measure  # noqa: E402
+from peregrine.profile.bench import measure  # noqa: E402
 
 ENVS = ["cartpole", "pendulum", "mountain_car", "mountain_car_continuous"]
 

@@ -13,7 +13,7 @@ import os
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import peregrine  # noqa: E402
-from peregrine.envs.bench import measure  # noqa: E402
+from peregrine.profile.bench import measure  # noqa: E402
 
 # Instances per env: heavy envs need fewer for the same step time.
 NUM_ENVS = {"drone_swarm": 4096}

@@ -27,7 +27,7 @@ import sys
 import time
 
 import peregrine
-from peregrine.envs.bench import action_pool, measure
+from peregrine.profile.bench import action_pool, measure
 
 DEFAULT_SIZES = [4096, 65536, 1 << 20, 1 << 22]
 # Largest batch per env that keeps every buffer within a few GiB (DroneSwarm has 8 rows

@@ -36,7 +36,7 @@ import time
 import numpy as np
 
 import peregrine
-from peregrine.envs.bench import action_pool
+from peregrine.profile.bench import action_pool
 from peregrine.evaluate import evaluate
 
 

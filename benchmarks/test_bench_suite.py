@@ -24,7 +24,7 @@ import numpy as np  # noqa: E402
 import pytest  # noqa: E402
 
 import peregrine  # noqa: E402
-from peregrine.envs.bench import action_pool  # noqa: E402
+from peregrine.profile.bench import action_pool  # noqa: E402
 
 torch = pytest.importorskip("torch")
 torch.set_num_threads(1)

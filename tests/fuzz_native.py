@@ -14,7 +14,7 @@ import sys
 import numpy as np
 
 import peregrine
-from peregrine.registry import env_class
+from peregrine.envs.registry import env_class
 
 HOSTILE_FLOATS = [np.nan, np.inf, -np.inf, 1e30, -1e30, 1e-45, -0.0, 3.4e38]
 

@@ -28,7 +28,7 @@ from gymnasium import spaces
 import peregrine
 import peregrine.vector as pv
 from peregrine.cli import main as cli_main
-from peregrine.envs import native_env
+from peregrine.envs.native import batch as native_env
 from test_vector_helpers import pid_alive, shm_segments
 
 pytestmark = pytest.mark.timeout(120)  # a hang fails the test instead of the suite

@@ -9,7 +9,7 @@ import peregrine
 from peregrine.envs.mountain_car.reference import MountainCarReference
 from peregrine.envs.mountain_car_continuous.reference import MountainCarContinuousReference
 from peregrine.envs.pendulum.reference import PendulumReference
-from peregrine.registry import GYMNASIUM_IDS
+from peregrine.envs.registry import GYMNASIUM_IDS
 
 f32 = np.float32
 CLASSIC = ["pendulum", "mountain_car", "mountain_car_continuous"]

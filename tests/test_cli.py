@@ -108,7 +108,7 @@ def test_tensorboard_absent_is_a_notice_and_present_gets_the_config_as_text(tmp_
 # The public API as the README and the package docstrings name it: what users
 # call and what a type checker reads through py.typed.
 PUBLIC_FUNCTIONS = [
-    ("peregrine", "make"), ("peregrine", "list_envs"), ("peregrine.registry", "env_class"),
+    ("peregrine", "make"), ("peregrine", "list_envs"), ("peregrine.envs.registry", "env_class"),
     ("peregrine.vector", "make"), ("peregrine.vector", "gymnasium_vector_env"),
     ("peregrine.vector", "sb3_vec_env"), ("peregrine.envs", "check_env"),
     ("peregrine.train", "train"), ("peregrine.train", "load_config"),
@@ -119,7 +119,7 @@ PUBLIC_FUNCTIONS = [
 
 # ... and the classes those return, whose public methods users call.
 PUBLIC_CLASSES = [
-    ("peregrine.envs.native_env", "NativeEnv"), ("peregrine.envs.device", "DeviceEnv"),
+    ("peregrine.envs.native.batch", "NativeEnv"), ("peregrine.envs.gpu.batch", "DeviceEnv"),
     ("peregrine.vector", "Serial"), ("peregrine.vector", "Multiprocessing"),
     ("peregrine.vector", "GymnasiumEnv"), ("peregrine.vector", "GymnasiumVectorEnv"),
     ("peregrine.envs.drone_swarm.parallel", "DroneSwarmParallelEnv"),

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 import peregrine
-from peregrine.envs import gpu
+from peregrine.envs.gpu import compiler as gpu
 
 ENVS = peregrine.list_envs()
 HAVE_NVRTC = importlib.util.find_spec("cuda") is not None and \
@@ -103,7 +103,7 @@ def test_gpu_check_cli_passes_and_names_a_broken_header(tmp_path, monkeypatch):
     results = gpu.check_all(["cartpole", "pendulum"])
     assert results["pendulum"] is None
     assert "cartpole" in results["cartpole"] and "undeclared_in_c_or_cuda" in results["cartpole"]
-    from peregrine.envs import cli
+    from peregrine.cli import envs as cli
     assert cli.gpu_check(["cartpole"]) == 1
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import peregrine
-from peregrine.envs.native_env import BUFFER_NAMES
+from peregrine.envs.native.batch import BUFFER_NAMES
 
 ENVS = peregrine.list_envs()
 SMALL = 37  # deliberately not a multiple of the 16-instance thread blocks

@@ -15,7 +15,7 @@ from gymnasium.vector import AutoresetMode
 
 import peregrine
 import peregrine.vector as pv
-from peregrine.registry import GYMNASIUM_IDS
+from peregrine.envs.registry import GYMNASIUM_IDS
 
 from test_vector_helpers import Squad
 
@@ -44,7 +44,8 @@ def test_import_registers_every_env_and_builds_nothing():
         "print(ids)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == str(sorted(f"peregrine/{i}" for i in GYMNASIUM_IDS.values()))
-    # peregrine first: nothing but the registry is imported, not even Gymnasium (a
+    # peregrine first: nothing but the registry (and the envs package face, whose
+    # names load lazily) is imported, not even Gymnasium (a
     # hook registers the ids when Gymnasium is imported), and no env module,
     # extension or torch
     code = ("import sys, peregrine;"
@@ -52,7 +53,7 @@ def test_import_registers_every_env_and_builds_nothing():
             " or m == 'torch'));"
             "import gymnasium; print('peregrine/DroneSwarm-v0' in gymnasium.registry)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.split() == ["['peregrine.registry']", "True"]
+    assert out.stdout.split() == ["['peregrine.envs',", "'peregrine.envs.registry']", "True"]
 
 
 def unbounded_as_max(bounds):

@@ -6,7 +6,7 @@ import json
 import pytest
 
 from peregrine.cli import main as peregrine_main
-from peregrine.profile import cli as profile_cli
+from peregrine.cli import profile as profile_cli
 from peregrine.profile import runner
 
 TINY = ["--seconds", "0.2", "--warmup", "0.05", "--num-envs", "16"]

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import peregrine.vector as pv
-from peregrine.envs.native_env import EpisodeStats
+from peregrine.envs.native.batch import EpisodeStats
 
 from test_vector_helpers import (Squad, gym_cartpole, random_actions, shm_segments,
                                  slow_in_worker_1)

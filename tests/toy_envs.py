@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from peregrine.envs.native_env import EpisodeStats
+from peregrine.envs.native.batch import EpisodeStats
 
 
 class ToyBatch:

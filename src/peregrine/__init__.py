@@ -9,7 +9,7 @@
 Gymnasium's API: gymnasium.make("peregrine/CartPole-v1") (one env) and
 gymnasium.make_vec("peregrine/CartPole-v1", num_envs=4096) (the native batch).
 """
-from .registry import list_envs, make, register_gymnasium_envs_on_import
+from .envs.registry import list_envs, make, register_gymnasium_envs_on_import
 
 register_gymnasium_envs_on_import()  # gymnasium.make("peregrine/CartPole-v1") and friends
 

@@ -35,8 +35,10 @@ from typing import Any
 
 import numpy as np
 
-from .policies import make_policy, reset_policy, scripted_policy_names  # noqa: F401 (scripted_policy_names re-exported)
-from .registry import list_envs, make
+from .envs.registry import list_envs, make
+from .envs.scripted import reset_policy, scripted_policy_names  # noqa: F401 (scripted_policy_names re-exported)
+from .policies import make_policy
+from .train.world import world_of
 
 ROUND_SEED_STRIDE = 1_000_003
 DEFAULT_MAX_EPISODE_STEPS = 100_000
@@ -60,37 +62,6 @@ def eval_world(env_name: str, policy, preset: str | None = None, overrides: dict
     return world_of(env_name, trained, preset, overrides)
 
 
-def world_of(env_name: str, trained: tuple | None, preset: str | None = None,
-             overrides: dict | None = None) -> dict:
-    """eval_world's answer for a policy whose checkpoint world is `trained`, the
-    (env name, keywords) pair `train.checkpoint.env_kwargs` reads, or None for a
-    policy that is not a checkpoint; for callers that have read it already."""
-    overrides = dict(overrides or {})
-    checkpoint = trained is not None
-    trained_name, trained = trained if checkpoint else (None, {})
-    if preset is not None:
-        base, source = {"preset": preset}, f"preset {preset}"
-        # The agent's own sensors (observation columns a preset does not choose) stay
-        # the checkpoint's, or its policy could not read the observations.
-        kept = {k: trained[k] for k in _agent_fields(env_name) if k in trained}
-        if kept:
-            base.update(kept)
-            source += " with the checkpoint's " + ", ".join(f"{k}={v!r}" for k, v in kept.items())
-    elif checkpoint:
-        base = trained
-        fields = [f"{k}={v!r}" for k, v in base.items() if k != "preset"]
-        source = (f"the checkpoint's own (preset {base.get('preset', 'default')}"
-                  + (f", {', '.join(fields)}" if fields else "") + ")")
-        if trained_name is None:
-            source = "preset default (the checkpoint records no env config)"
-    else:
-        base, source = {}, "preset default"
-    if overrides:
-        source += ", overridden: " + ", ".join(f"{k}={v!r}" for k, v in overrides.items())
-    return {"kwargs": {**base, **overrides}, "description": source,
-            "explicit": preset is not None or bool(overrides)}
-
-
 def _checkpoint_world(env_name: str, policy) -> tuple:
     """(env name, env keywords) a checkpoint was trained with."""
     try:
@@ -103,13 +74,6 @@ def _checkpoint_world(env_name: str, policy) -> tuple:
         raise ValueError(f"checkpoint {os.fspath(policy)!r} was trained on {trained_name!r}, "
                          f"not {env_name!r}")
     return trained_name, trained
-
-
-def _agent_fields(env_name: str) -> tuple:
-    """The env's config fields that describe the agent's observations rather than the
-    world (its class's `agent_fields`, e.g. DroneSwarm's obs_report)."""
-    from .registry import ENVS, env_class
-    return tuple(getattr(env_class(env_name), "agent_fields", ())) if env_name in ENVS else ()
 
 
 def _check_positive(name: str, value) -> int:

@@ -1,5 +1,33 @@
-"""The environment suite: native C envs (one folder each), their NumPy references,
-and the contract checker `check_env`."""
-from .check import EnvContractError, check_env
+"""The environment suite and everything every env shares.
 
-__all__ = ["check_env", "EnvContractError"]
+Folders: one per env (its C header, NumPy reference, Python class, scripted
+baselines, renderer); `native/` (the C contract and the native batch's Python
+face, `NativeEnv`); `gpu/` (the NVRTC compiler and the device batch,
+`DeviceEnv`); `reference/` (what the NumPy references share). At this root:
+`registry` (env names, `make`, the Gymnasium ids), `check` (the env contract
+checker, `check_env`) and `scripted` (the scripted-policy catalogue).
+
+Names load on first use, so `import peregrine` stays light.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .check import EnvContractError, check_env
+    from .gpu.batch import DeviceEnv
+    from .native.batch import NativeEnv
+
+_LAZY = {
+    "check_env": "check", "EnvContractError": "check",
+    "NativeEnv": "native.batch", "DeviceEnv": "gpu.batch",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)

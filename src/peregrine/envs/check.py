@@ -99,8 +99,8 @@ def check_env(env: str | Any, steps: int = STEPS) -> None:
 
 def _factory(env):
     """(num_envs, seed, num_threads) -> a fresh batch like `env`, or None."""
-    from ..registry import make
-    from .native_env import NativeEnv
+    from .registry import make
+    from .native.batch import NativeEnv
     if isinstance(env, str):
         return lambda num_envs, seed, threads: make(env, num_envs=num_envs, seed=seed,
                                                     num_threads=threads)

@@ -75,8 +75,8 @@ def summarize(warmup, measured, elapsed_measured, elapsed_warmup) -> dict:
 
 def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int = 4096,
                      num_threads: int = 1, seed: int = 0, **config) -> dict:
-    from ..envs.bench import action_pool
-    from ..registry import make
+    from .bench import action_pool
+    from ..envs.registry import make
 
     env = make(env_name, num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
     try:

@@ -25,7 +25,7 @@ import torch
 if TYPE_CHECKING:
     import gymnasium
 
-    from ..envs.native_env import NativeEnv
+    from ..envs.native.batch import NativeEnv
     from .normalize import ObservationNormalizer
     from .policy import Policy
 
@@ -123,7 +123,7 @@ def _resolved_env(env_name: str, fields: dict) -> dict:
     """The env's full config for the keywords `fields` of make (a preset among them),
     as the env class resolves it; the fields themselves for an env class without
     config resolution."""
-    from ..registry import env_class
+    from ..envs.registry import env_class
     try:
         cls = env_class(env_name)
     except ValueError:
@@ -280,8 +280,8 @@ def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None =
     observation fields, as evaluation does); `overrides` (config fields) are
     applied on top of either.
     """
-    from ..evaluate import world_of
-    from ..registry import make
+    from .world import world_of
+    from ..envs.registry import make
     trained = env_kwargs(path)
     name = trained[0]
     if name is None:
@@ -293,7 +293,7 @@ def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None =
 def world_differences(trained: dict, env_name: str, env: Any) -> dict:
     """{field: (trained value, env's value)} where `env`'s config is not the
     trained world `trained` (keywords of make) resolved by the env class."""
-    from ..registry import env_class
+    from ..envs.registry import env_class
     if not hasattr(env_class(env_name), "resolve_config"):
         return {}
     resolved = _resolved_env(env_name, trained)

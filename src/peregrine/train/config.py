@@ -302,7 +302,7 @@ def env_config_fields(env_name: str | None) -> list[tuple] | None:
     """The env's (name, default, min, max, is_integer) fields, or None if unknown."""
     if env_name is None:
         return None
-    from ..registry import ENVS, env_class
+    from ..envs.registry import ENVS, env_class
     if env_name not in ENVS:
         return None
     cls = env_class(env_name)

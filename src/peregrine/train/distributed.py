@@ -88,7 +88,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as torch_dist
 
-from ..envs.native_env import EpisodeStats
+from ..envs.native.batch import EpisodeStats
 from . import local_reduce
 
 # Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.

@@ -38,7 +38,7 @@ def make_env(config, seed: int | None = None, device=None):
     seed = config.train.seed if seed is None else seed
     kwargs = config.env_kwargs
     if vec.backend == "device":
-        from ..registry import make
+        from ..envs.registry import make
         return make(config.env_name, num_envs=vec.num_envs, seed=seed,
                     num_threads=vec.num_threads, device=device or "cpu", **kwargs)
     from .. import vector
@@ -126,7 +126,7 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
         return None
     found = getattr(env, "action_mask_slice", None)
     if found is None and env_name is not None:
-        from ..registry import ENVS, env_class
+        from ..envs.registry import ENVS, env_class
         if env_name in ENVS:
             found = getattr(env_class(env_name), "action_mask_slice", None)
     if found is None:

@@ -14,14 +14,16 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..policies import make_policy
+from ..envs.scripted import resolve_policy
 
 
 class Kickstarter:
     def __init__(self, teacher, config, env):
         t = config.train
         self.coef, self.steps = t.teacher_coef, t.teacher_steps
-        self.policy = make_policy(config.env_name, teacher, env, seed=t.seed)
+        from .checkpoint import load_actor
+        self.policy = resolve_policy(config.env_name, teacher, env, t.seed,
+                                     lambda path: load_actor(path, env))
 
     def weight(self, global_step: int) -> float:
         """The teacher term's weight at `global_step`."""

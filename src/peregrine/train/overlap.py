@@ -81,7 +81,7 @@ from multiprocessing.connection import wait as wait_for
 import torch
 import torch.multiprocessing as torch_mp
 
-from ..envs.native_env import EpisodeStats
+from ..envs.native.batch import EpisodeStats
 from . import environment
 from .advantages import compute_gae
 from .ppo import Trainer

@@ -69,7 +69,9 @@ from collections import deque
 
 import torch
 
-from . import compiling, environment, torch_startup
+from . import compiling
+from . import environment
+from . import torch_startup
 from .advantages import compute_gae
 from .collect import SplitCollector, SyncCollector, policy_step
 from .kickstart import Kickstarter
@@ -100,7 +102,7 @@ def check_memory(config, rows: int, obs_dim: int) -> None:
     """MemoryError naming the settings when the rollout storage or the networks
     (a rough upper estimate) cannot fit in RAM: refused before allocating, since
     an overcommitted allocation fails only when first written (the OOM killer)."""
-    from ..envs.native_env import physical_memory
+    from ..envs.native.batch import physical_memory
     t, p = config.train, config.policy
     width = max(p.hidden_size, p.lstm_size if p.lstm else 0)
     per_net = (obs_dim + 64) * width + max(p.num_layers - 1, 0) * width ** 2 \

@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from ..vector.lifetime import die_with_parent, watch_parent
-from . import checkpoint, distributed
+from . import checkpoint
+from . import distributed
 from .config import Config, load_config, read_toml
 from .metrics import RunLogger
 from .ppo import Trainer

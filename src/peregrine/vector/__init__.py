@@ -7,7 +7,7 @@
         np.zeros(env.num_agents, np.int32))
 
 Every backend returns the interface of a native batch (see
-peregrine/envs/native_env.py): in-place row buffers, same-step auto-reset with
+peregrine/envs/native/batch.py): in-place row buffers, same-step auto-reset with
 `final_observations`, separate terminals and truncations, `masks`,
 `episode_stats()`, `close()` and context management; Multiprocessing adds
 `async_reset()`, `send(actions)` and `recv()` for batch_size < num_envs.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable
 
-from ..registry import env_class
+from ..envs.registry import env_class
 from .common import check_count, resolve_seed
 from .emulation import GymnasiumEmulation, PettingZooEmulation, emulate
 from .export import GymnasiumEnv, GymnasiumVectorEnv, gymnasium_vector_env, sb3_vec_env
@@ -26,7 +26,7 @@ from .serial import Serial
 from .spaces import unflatten
 
 if TYPE_CHECKING:
-    from ..envs.native_env import NativeEnv
+    from ..envs.native.batch import NativeEnv
 
 BACKENDS = ("native", "serial", "multiprocessing")
 

@@ -11,7 +11,7 @@ import os
 
 import numpy as np
 
-from ..envs.native_env import BUFFER_NAMES, Buffers, EpisodeStats, resolve_seed
+from ..envs.native.batch import BUFFER_NAMES, Buffers, EpisodeStats, resolve_seed
 
 __all__ = ["BUFFER_NAMES", "Buffers", "EpisodeStats", "resolve_seed", "unit_seed",
            "check_count", "merge_stats", "merge_sums", "stats_to_sums", "slice_buffers",

@@ -32,7 +32,7 @@ import numpy as np
 from gymnasium import Env as GymnasiumEnv
 from gymnasium.vector.utils import batch_space
 
-from ..envs.native_env import Buffers, EpisodeStats, NativeEnv
+from ..envs.native.batch import Buffers, EpisodeStats, NativeEnv
 from .common import BUFFER_NAMES, buffers_layout
 from .spaces import FlatAction, FlatObservation
 

@@ -27,8 +27,8 @@ import numpy as np
 from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ..envs.render_cli import RENDERERS
-from ..registry import env_class
+from ..envs.registry import RENDERERS
+from ..envs.registry import env_class
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
     from stable_baselines3.common.vec_env import VecEnv

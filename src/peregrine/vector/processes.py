@@ -77,7 +77,7 @@ from typing import Any
 
 import numpy as np
 
-from ..envs.native_env import ResetResult, StepResult
+from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
 from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
                      resolve_seed, stats_to_sums)

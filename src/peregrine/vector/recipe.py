@@ -17,8 +17,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..envs.native_env import EpisodeStats
-from ..registry import env_class
+from ..envs.native.batch import EpisodeStats
+from ..envs.registry import env_class
 from .common import merge_stats, unit_seed
 from .emulation import emulate
 

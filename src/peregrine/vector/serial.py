@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..envs.native_env import ResetResult, StepResult
+from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
 from .common import Buffers, EpisodeStats, merge_stats, resolve_seed, slice_buffers
 from .recipe import EnvRecipe

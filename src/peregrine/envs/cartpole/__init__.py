@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _cartpole
 
 

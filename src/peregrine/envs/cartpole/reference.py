@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pg_math import sincos
-from ..reference_batch import ReferenceBatch
+from ..reference.pg_math import sincos
+from ..reference.batch import ReferenceBatch
 from . import CartPole
 
 f32 = np.float32

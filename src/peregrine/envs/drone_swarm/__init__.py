@@ -151,7 +151,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 
 from . import _drone_swarm
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import EpisodeStats
-from ..rng import Streams
+from ..native.batch import EpisodeStats
+from ..reference.rng import Streams
 from . import OBSTACLE_FIELDS, STAT_NAMES, DroneSwarm, state_layout
 
 f32 = np.float32

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _mountain_car
 
 MIN_POSITION, MAX_POSITION = -1.2, 0.6

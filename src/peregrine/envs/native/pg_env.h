@@ -162,7 +162,7 @@ static int pg_alloc(PgBatch *pg, void *field, size_t count, size_t size) {
 /* ---- random numbers: splitmix64 ------------------------------------------
  * Each instance owns a 64-bit state advanced by the golden-ratio increment and
  * finalised by Stafford's mix13 (splitmix64). The same generator is written in
- * NumPy in peregrine/envs/rng.py, so references draw the very same numbers. */
+ * NumPy in peregrine/envs/reference/rng.py, so references draw the very same numbers. */
 #define PG_GOLDEN 0x9E3779B97F4A7C15ULL
 
 PG_DEVICE static inline uint64_t pg_mix64(uint64_t z) {

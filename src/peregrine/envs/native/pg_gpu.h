@@ -2,7 +2,7 @@
  * pg_gpu.h -- the GPU batch's kernels: an env header, unchanged, stepped one
  * GPU thread per instance.
  *
- * peregrine/envs/gpu.py compiles, with NVRTC, a two-line source that includes
+ * peregrine/envs/gpu/compiler.py compiles, with NVRTC, a two-line source that includes
  * the env's header and then this file. The Env struct lives in device memory:
  * the GPU batch builds it on the host with the env's own env_init (through the
  * CPU binding), copies every pg_alloc array to the device and patches the

@@ -1,6 +1,6 @@
 /*
  * pg_math.h -- float32 math that vectorizes and that the NumPy references
- * reproduce bit for bit (peregrine/envs/pg_math.py).
+ * reproduce bit for bit (peregrine/envs/reference/pg_math.py).
  *
  * libm's sinf/cosf are calls the compiler cannot vectorize, and NumPy's own
  * float32 sin differs from them in the last bit, which is enough for two

@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 from gymnasium import spaces
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _pendulum
 
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..pg_math import sincos
-from ..reference_batch import ReferenceBatch
+from ..reference.pg_math import sincos
+from ..reference.batch import ReferenceBatch
 from . import Pendulum
 
 f32 = np.float32

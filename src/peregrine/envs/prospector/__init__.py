@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..native_env import NativeEnv
+from ..native.batch import NativeEnv
 from . import _prospector
 
 OBS_DIM = 260

@@ -3,7 +3,7 @@
 One `Game` per instance, written for clarity: the rules read as in
 docs/prospector.md. Every quantity is an np.float32 scalar and every
 expression keeps the C operation order, and the random numbers come from the
-same splitmix64 streams (peregrine/envs/rng.py) in the same order, so for one
+same splitmix64 streams (peregrine/envs/reference/rng.py) in the same order, so for one
 seed and one action sequence this produces the C batch's observations,
 rewards and flags (the parity tests allow 1e-5, and in practice they are
 bit-identical).
@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..rng import Streams
+from ..reference.rng import Streams
 from . import (ASTEROID_FEATURES, BOOST, BRAKE, BUY_FUEL, DOCK, FILL_FUEL, FULL_REPAIR,
                JETTISON, MINE, NUM_ACTIONS, NUM_ASTEROIDS, NUM_ORES, NUM_STATIONS, NUM_STORMS,
                OBS_DIM, REPAIR, SCAN, SELL, SELL_ALL, STATION_FEATURES, STEER_ORE,

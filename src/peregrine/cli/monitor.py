@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-from .metrics import FILE_NAME, FINAL_STATUSES, MetricsFileError, MetricsReader
+from ..monitor.metrics import FILE_NAME, FINAL_STATUSES, MetricsFileError, MetricsReader
 
 EXIT_OK = 0
 EXIT_BAD_RUN = 1
@@ -77,7 +77,7 @@ def list_runs(runs_dir: Path, stale_after: float, width: int) -> str:
     from rich.console import Console
     from rich.table import Table
 
-    from .dashboard import duration, number
+    from ..monitor.dashboard import duration, number
 
     table = Table(title=f"runs in {runs_dir}/", title_justify="left")
     for column in ("run", "state", "steps", "SPS", "return", "elapsed", "started"):
@@ -117,7 +117,7 @@ def live(run_dir: Path, args) -> int:
     from rich.console import Console
     from rich.live import Live
 
-    from .dashboard import Snapshot, render
+    from ..monitor.dashboard import Snapshot, render
 
     reader = _open_when_ready(run_dir, args.wait)
     console = Console()
@@ -160,7 +160,7 @@ def run(args) -> int:
             return EXIT_OK
         run_dir = resolve_run(args)
         if args.once:
-            from .dashboard import Snapshot, render_text
+            from ..monitor.dashboard import Snapshot, render_text
 
             with MetricsReader(run_dir) as reader:
                 print(render_text(Snapshot.take(reader, stale_after=args.stale_after), args.width), end="")

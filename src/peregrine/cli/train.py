@@ -25,7 +25,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from .config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
+from ..train.config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -104,7 +104,7 @@ def run(args) -> int:
     # slower on a 2-core machine (13k vs 1.06M SPS, benchmarks/RESULTS.md);
     # sleeping waits cost nothing measurable at 1 thread. Must precede torch.
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from . import run as runs  # imports torch: only after the arguments are sound
+    from ..train import run as runs  # imports torch: only after the arguments are sound
     if args.resume:
         run_dir = Path(args.resume)
         rank = os.environ.get("RANK", "0")
@@ -124,7 +124,7 @@ def run(args) -> int:
         if args.env is None and args.config is None:
             raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
                              f"(shipped configs: {', '.join(shipped_configs())})")
-        from ..registry import ENVS
+        from ..envs.registry import ENVS
         if args.env is not None and args.env not in ENVS:
             raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
@@ -183,8 +183,8 @@ def run(args) -> int:
 def _launch(args, config, run_dir) -> int:
     """--nproc N: this command without --nproc/--max-restarts, as N ranks under
     torch.distributed.run."""
-    from .distributed import check_config, check_world_size, launch, launched
-    from .run_dir import check_new
+    from ..train.distributed import check_config, check_world_size, launch, launched
+    from ..train.run_dir import check_new
     if args.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
     if args.max_restarts < 0:
@@ -195,8 +195,8 @@ def _launch(args, config, run_dir) -> int:
     check_new(run_dir, bool(args.resume), args.overwrite)   # before N ranks fail alike
     if args.resume:
         # Refused here, before N processes start only to fail with N copies of the error.
-        from . import checkpoint
-        from .run import checkpoint_path
+        from ..train import checkpoint
+        from ..train.run import checkpoint_path
         check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):

@@ -40,7 +40,7 @@ def add_world_arguments(parser) -> None:
 
 def parse_arguments(parser, argv):
     """--env.KEY VALUE tokens are taken out before argparse sees the rest (as train does)."""
-    from .train.cli import split_overrides
+    from .train import split_overrides
     rest, tokens = split_overrides(list(argv))
     namespace = parser.parse_args(rest)
     namespace.env_tokens = tokens
@@ -49,7 +49,7 @@ def parse_arguments(parser, argv):
 
 def world_overrides(args) -> tuple[str | None, dict]:
     """(preset, {field: value}) from --preset and the --env.KEY VALUE tokens, checked by name."""
-    from .train.config import convert_env_value, parse_override_tokens
+    from ..train.config import convert_env_value, parse_override_tokens
     preset, fields = args.preset, {}
     for key, value in parse_override_tokens(getattr(args, "env_tokens", None) or []):
         section, _, name = key.partition(".")
@@ -67,7 +67,7 @@ def world_overrides(args) -> tuple[str | None, dict]:
 
 
 def run(args) -> int:
-    from .evaluate import evaluate
+    from ..evaluate import evaluate
     preset, fields = world_overrides(args)
     start = time.perf_counter()
     result = evaluate(args.env, args.policy, episodes=args.episodes, seed=args.seed,

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, overload
 if TYPE_CHECKING:   # for annotations only: the envs (and torch) load on first use
     import torch
 
-    from .envs.device import DeviceEnv
-    from .envs.native_env import NativeEnv
+    from .gpu.batch import DeviceEnv
+    from .native.batch import NativeEnv
 
 # name -> "module:Class". Adding an env is one line here (plus its folder).
 ENVS = {
@@ -42,6 +42,13 @@ GYMNASIUM_IDS = {
     "drone_swarm": "DroneSwarm-v0",
 }
 GYMNASIUM_NAMESPACE = "peregrine"
+
+# name -> module that draws the env: render_episode(env, policy, out_path, ...)
+# for `peregrine render`, and rgb_frame(env, instance) with RENDER_FPS for the
+# Gymnasium exports' render_mode="rgb_array".
+RENDERERS = {
+    "drone_swarm": "peregrine.envs.drone_swarm.render",
+}
 
 
 def env_class(name: str) -> type[NativeEnv]:
@@ -70,13 +77,13 @@ def make(name: str, num_envs: int = 1, seed: int | None = None, num_threads: int
 
     device: None (default) for the C batch on NumPy buffers; "cuda", "cuda:N"
     or "cpu" for the same env with torch-tensor buffers on that device
-    (`peregrine.envs.device.DeviceEnv`: on CUDA the env's header runs one GPU
+    (`peregrine.envs.gpu.batch.DeviceEnv`: on CUDA the env's header runs one GPU
     thread per instance).
     """
     cls = env_class(name)
     if device is None:
         return cls(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
-    from .envs.device import DeviceEnv
+    from .gpu.batch import DeviceEnv
     return DeviceEnv(cls, num_envs=num_envs, seed=seed, device=device,
                      num_threads=num_threads, **config)
 

@@ -3,15 +3,13 @@
 The policy and the world are resolved as in `peregrine eval` (a scripted
 policy name or a checkpoint path; a checkpoint's own env config unless
 `--preset` is given; `--env.KEY VALUE` overrides). Each env with a renderer
-lists its module in RENDERERS; the module provides
-render_episode(env, policy, out_path, ...), and for the Gymnasium exports'
-render_mode="rgb_array" rgb_frame(env, instance) and RENDER_FPS.
+lists its module in the registry's RENDERERS.
 """
 from __future__ import annotations
 
 import importlib
 
-from ..eval_cli import add_world_arguments, world_overrides
+from .eval import add_world_arguments, world_overrides
 
 RENDERERS = {
     "drone_swarm": "peregrine.envs.drone_swarm.render",
@@ -33,7 +31,7 @@ def add_arguments(parser):
 
 
 def parse_arguments(parser, argv):
-    from ..eval_cli import parse_arguments as parse
+    from .eval import parse_arguments as parse
     return parse(parser, argv)
 
 
@@ -46,7 +44,7 @@ def run(args) -> int:
         raise ValueError(f"--out must be a .gif path, got {args.out!r}")
     from ..evaluate import eval_world
     from ..policies import make_policy
-    from ..registry import make
+    from ..envs.registry import make
     renderer = importlib.import_module(RENDERERS[args.env])
     preset, fields = world_overrides(args)
     world = eval_world(args.env, args.policy, preset, fields)

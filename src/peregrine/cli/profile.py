@@ -18,7 +18,7 @@ import os
 import sys
 from pathlib import Path
 
-from .runner import MODES, TrainerUnavailable
+from ..profile.runner import MODES, TrainerUnavailable
 
 SCHEMA = "peregrine.profile/1"
 EXIT_OK = 0
@@ -57,7 +57,7 @@ def add_arguments(parser) -> None:
 
 
 def check_arguments(args) -> None:
-    from ..registry import list_envs
+    from ..envs.registry import list_envs
 
     if args.env not in list_envs():
         raise ValueError(f"unknown env {args.env!r}; available: {list_envs()}")
@@ -94,7 +94,7 @@ def parse_overrides(args) -> list[tuple[str, str]]:
 
 
 def measure(args) -> dict:
-    from . import runner
+    from ..profile import runner
 
     if args.mode == "env_only":
         return runner.profile_env_only(args.env, args.seconds, args.warmup,
@@ -106,7 +106,7 @@ def measure(args) -> dict:
 
 
 def build_artifact(args, measured: dict, started) -> dict:
-    from .machine import commit_info, machine_facts
+    from ..profile.machine import commit_info, machine_facts
 
     sps = measured["steady_state"]["steps_per_sec"]
     target = args.target_steps_per_sec
@@ -187,7 +187,7 @@ def run(args) -> int:
     check_arguments(args)
     if args.mode != "env_only":
         parse_overrides(args)  # refuse a malformed --set before any work
-    from .machine import utc_now
+    from ..profile.machine import utc_now
 
     started = utc_now()
     try:

@@ -4,14 +4,14 @@
     observations, _ = env.reset()
     observations, rewards, terminals, truncations, _ = env.step(actions)  # tensors
 
-The contract is the CPU batch's (module docstring of native_env.py): the seven
+The contract is the CPU batch's (module docstring of envs/native/batch.py): the seven
 buffers (`observations`, `final_observations`, `actions`, `rewards`,
 `terminals`, `truncations`, `masks`) are updated in place, finished instances
 reset inside the same step, terminals and truncations stay apart, episode
 statistics accumulate per instance. What changes is where it runs:
 
 * `device="cuda"` / `"cuda:N"`: the env's C header, compiled by NVRTC
-  (envs/gpu.py), steps one GPU thread per instance; the Env struct and every
+  (envs/gpu/compiler.py), steps one GPU thread per instance; the Env struct and every
   array of its state live in device memory. `step` launches one kernel on
   torch's current stream: no host synchronisation and no allocation, so it can
   be captured in a CUDA graph.
@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from .native_env import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, resolve_seed
+from ..native.batch import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, resolve_seed
 
 if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
     import torch
@@ -126,7 +126,7 @@ class _CudaKernels:
     def __init__(self, host: NativeEnv, arrays: _HostArrays, torch, buffers, errors):
         from cuda.bindings import driver
 
-        from . import gpu
+        from . import compiler as gpu
         self.torch, self.driver, self.host, self.arrays = torch, driver, host, arrays
         self._check = gpu._check
         self.buffers, self.errors = buffers, errors
@@ -392,5 +392,5 @@ def _require_cuda(torch, device) -> None:
     if index >= torch.cuda.device_count():
         raise ValueError(f"device={str(device)!r}: this machine has "
                          f"{torch.cuda.device_count()} CUDA device(s)")
-    from . import gpu
+    from . import compiler as gpu
     gpu._nvrtc()                       # the install hint, before building anything

@@ -1,6 +1,6 @@
 """The `peregrine` command: one subcommand per module, imported only when used.
 
-Each subcommand lives beside the code it drives and exposes
+Each subcommand is a module of this package, which nothing else imports; it exposes
 `add_arguments(parser)` and `run(args) -> int` (and optionally
 `parse_arguments(parser, argv) -> args` when it takes open-ended options). Adding a command is one row in
 COMMANDS; `peregrine --help` stays fast because nothing heavy is imported.
@@ -18,13 +18,13 @@ EXTRAS = {"torch": "train", "rich": "train", "matplotlib": "train", "PIL": "trai
 
 # name -> (module, one-line help)
 COMMANDS = {
-    "train": ("peregrine.train.cli", "train an agent with PPO (live dashboard)"),
-    "eval": ("peregrine.eval_cli", "evaluate a policy or checkpoint: episode statistics"),
-    "bench": ("peregrine.envs.bench", "measure env steps/s of a native env"),
-    "profile": ("peregrine.profile.cli", "throughput profiler with JSON artifacts and targets"),
-    "monitor": ("peregrine.monitor.cli", "attach a dashboard to a run"),
-    "envs": ("peregrine.envs.cli", "list environments and their spaces"),
-    "render": ("peregrine.envs.render_cli", "render an episode to a GIF"),
+    "train": ("peregrine.cli.train", "train an agent with PPO (live dashboard)"),
+    "eval": ("peregrine.cli.eval", "evaluate a policy or checkpoint: episode statistics"),
+    "bench": ("peregrine.cli.bench", "measure env steps/s of a native env"),
+    "profile": ("peregrine.cli.profile", "throughput profiler with JSON artifacts and targets"),
+    "monitor": ("peregrine.cli.monitor", "attach a dashboard to a run"),
+    "envs": ("peregrine.cli.envs", "list environments and their spaces"),
+    "render": ("peregrine.cli.render", "render an episode to a GIF"),
 }
 
 
@@ -97,7 +97,7 @@ def version() -> str:
     try:
         return metadata.version("peregrine-rl")
     except metadata.PackageNotFoundError:
-        from . import __version__
+        from .. import __version__
         return __version__
 
 

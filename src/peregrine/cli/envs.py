@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 
-from ..registry import env_class, list_envs
+from ..envs.registry import env_class, list_envs
 
 
 def describe(name: str) -> dict:
@@ -37,7 +37,7 @@ def add_arguments(parser):
 def gpu_check(names) -> int:
     import sys
 
-    from . import gpu
+    from ..envs.gpu import compiler as gpu
     try:
         results = gpu.check_all(names)
     except ImportError as error:

@@ -28,7 +28,7 @@ import hashlib
 import os
 from pathlib import Path
 
-ENVS_DIR = Path(__file__).resolve().parent
+ENVS_DIR = Path(__file__).resolve().parents[1]   # src/peregrine/envs
 NATIVE_DIR = ENVS_DIR / "native"
 OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "-std=c++17")
 # An architecture every NVRTC of CUDA 12 and 13 accepts, for the GPU-less check.
@@ -151,11 +151,13 @@ def cached_cubin(name: str, arch: str) -> bytes:
     return code
 
 
-def check_all(names=None) -> dict[str, str | None]:
-    """Compiles every (or the named) native env to PTX: {name: None | error}."""
-    from ..registry import list_envs
+def check_all(names) -> dict[str, str | None]:
+    """Compiles the named native envs to PTX: {name: None | error}.
+
+    The caller names the envs (`peregrine envs --gpu-check` passes the
+    registry's list): the compiler sits below the registry and never asks it."""
     results = {}
-    for name in names or list_envs():
+    for name in names:
         try:
             compile_env(name, "ptx")
             results[name] = None
