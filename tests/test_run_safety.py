@@ -21,7 +21,7 @@ import pytest
 from peregrine.cli import main as cli_main
 from peregrine.train import checkpoint
 
-from test_vector_helpers import child_pids, pid_alive, shm_segments
+from test_vector_helpers import child_pids, pid_alive
 
 pytestmark = pytest.mark.timeout(240)  # a hang fails the test instead of the suite
 
@@ -236,7 +236,6 @@ def test_sigterm_to_the_launcher_reaches_every_rank_and_saves_once(tmp_path):
 
 def test_ranks_die_with_a_killed_launcher_and_the_resume_is_contiguous(tmp_path):
     run = tmp_path / "run"
-    before = shm_segments()
     job = start(["train", "cartpole", *TINY, "--total-steps", "1e9", "--run-dir", str(run),
                  "--nproc", "2", "--vec.num-envs", "4", "--train.minibatch-size", "64",
                  "--train.checkpoint-interval", "2"])
@@ -253,7 +252,6 @@ def test_ranks_die_with_a_killed_launcher_and_the_resume_is_contiguous(tmp_path)
         for pid in ranks:       # orphans: no longer in the launcher's process tree
             if pid_alive(pid):
                 os.kill(pid, signal.SIGKILL)
-    assert shm_segments() <= before
     state = checkpoint.load(run)
     saved, per_update = state["updates"], state["global_step"] // state["updates"]
     assert cli_main(["train", "--resume", str(run), "--nproc", "2",

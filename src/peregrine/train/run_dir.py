@@ -47,9 +47,10 @@ def checkpoint_file(run_dir: Path) -> Path:
 
 class RunLock:
     """The lock on `run_dir` (created if needed) for the life of this object's
-    process; RunDirectoryError naming the holder when another process has it."""
+    process; RunDirectoryError naming the holder when another process has it.
+    With `announce` False the lock file is left as it is (a probe: is it free?)."""
 
-    def __init__(self, run_dir: str | os.PathLike[str]):
+    def __init__(self, run_dir: str | os.PathLike[str], announce: bool = True):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         path = self.run_dir / LOCK_NAME
@@ -65,6 +66,11 @@ class RunLock:
         except BaseException:
             os.close(self._fd)
             raise
+        if announce:
+            self.announce()
+
+    def announce(self) -> None:
+        """Writes who holds the lock (pid, host, time) into the lock file."""
         stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
         os.ftruncate(self._fd, 0)
         os.pwrite(self._fd, f"{os.getpid()} {socket.gethostname()} {stamp}\n".encode(), 0)
@@ -122,7 +128,7 @@ def claim_new(run_dir: str | os.PathLike[str], overwrite: bool = False) -> RunLo
         problem = refusal(run_dir, describe(run_dir))
         if problem is not None:
             raise RunDirectoryError(problem)
-    lock = RunLock(run_dir)
+    lock = RunLock(run_dir, announce=False)    # a run moved aside keeps its lock file as it was
     try:
         state = describe(run_dir)      # again, under the lock
         if overwrite and state in ("run", "attempt", "other"):
@@ -136,6 +142,7 @@ def claim_new(run_dir: str | os.PathLike[str], overwrite: bool = False) -> RunLo
         problem = refusal(run_dir, state)
         if problem is not None:
             raise RunDirectoryError(problem)
+        lock.announce()
         if state == "attempt":
             for name in RUN_FILES:
                 path = run_dir / name
@@ -167,7 +174,7 @@ def _refuse_if_in_use(run_dir: Path) -> None:
     """RunDirectoryError naming the owner when a live process holds the lock
     (creates nothing)."""
     if (run_dir / LOCK_NAME).is_file():
-        RunLock(run_dir).release()
+        RunLock(run_dir, announce=False).release()
 
 
 def check_new(run_dir: str | os.PathLike[str], resume: bool, overwrite: bool) -> None:
