@@ -311,3 +311,95 @@ def test_ranks_with_different_configs_are_refused_naming_the_keys(tmp_path):
     assert job.returncode != 0, job.stderr[-3000:]
     assert f"the ranks' configs differ in {keys}" in job.stderr, job.stderr[-3000:]
     assert updates_of(tmp_path / "run") == []
+
+
+# ---- two hosts over network namespaces -----------------------------------------------------------
+
+def _netns(tag):
+    """Two network namespaces joined by a veth pair, 10.251.0.1 and .2 (names unique
+    to this test run); (names, cleanup), or pytest.skip naming what the machine
+    refused (namespaces need root in a sandbox that allows them)."""
+    names = [f"pg25{tag}a", f"pg25{tag}b"]
+    links = [f"v25{tag}a", f"v25{tag}b"]
+    commands = [["ip", "netns", "add", names[0]], ["ip", "netns", "add", names[1]],
+                ["ip", "link", "add", links[0], "type", "veth", "peer", "name", links[1]]]
+    for side in (0, 1):
+        commands += [["ip", "link", "set", links[side], "netns", names[side]],
+                     ["ip", "-n", names[side], "addr", "add", f"10.251.0.{side + 1}/24",
+                      "dev", links[side]],
+                     ["ip", "-n", names[side], "link", "set", links[side], "up"],
+                     ["ip", "-n", names[side], "link", "set", "lo", "up"]]
+
+    def cleanup():
+        for name in names:
+            subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+    for command in commands:
+        try:
+            done = subprocess.run(command, capture_output=True, text=True)
+        except FileNotFoundError:
+            cleanup()
+            pytest.skip("no `ip` command (iproute2) to create network namespaces")
+        if done.returncode != 0:
+            cleanup()
+            pytest.skip(f"cannot create network namespaces here: `{' '.join(command)}` "
+                        f"failed: {done.stderr.strip()}")
+    return names, links, cleanup
+
+
+def test_two_hosts_over_a_veth_pair_restart_a_killed_rank_from_the_checkpoint(tmp_path):
+    """Two "hosts" (network namespaces, non-loopback addresses, each its own run
+    directory) train as one job; the rank on the host without rank 0 is killed
+    mid-run and `--max-restarts 1` brings both back from rank 0's checkpoint, which
+    the other host never has on its disk (rank 0 sends it). The records stay
+    contiguous. `is_host`: the rendezvous endpoint is no name of this machine, so
+    torchrun must be told which node serves it. `--max-restarts 3`: each host's
+    agent counts its own restarts, and one failure can cost the surviving host more
+    than one (with 1, the rendezvous closed on the restart in the one try made)."""
+    names, links, cleanup = _netns(str(os.getpid() % 10000))
+    homes = [tmp_path / "hostA", tmp_path / "hostB"]
+    jobs = []
+    try:
+        for home in homes:
+            home.mkdir()
+        port = 29000 + os.getpid() % 1000
+        total = 12 * 2 * 4 * 32     # 12 updates of 2 ranks x 4 envs x 32 steps
+        for node in (0, 1):
+            environ = {**_environ(), "GLOO_SOCKET_IFNAME": links[node]}
+            jobs.append(subprocess.Popen(
+                ["ip", "netns", "exec", names[node], sys.executable, "-m", "torch.distributed.run",
+                 "--nnodes", "2", "--nproc-per-node", "1", "--node-rank", str(node),
+                 "--rdzv-backend", "c10d", "--rdzv-endpoint", f"10.251.0.1:{port}",
+                 "--rdzv-id", "twohosts", "--rdzv-conf", f"is_host={int(node == 0)}",
+                 "--local-addr", f"10.251.0.{node + 1}",
+                 "--max-restarts", "3", "-m", "peregrine", "train", "cartpole", *TINY,
+                 "--run-dir", "run", "--total-steps", str(total), "--vec.num-envs", "4",
+                 "--train.horizon", "32", "--train.minibatch-size", "64",
+                 "--train.checkpoint-interval", "3"],
+                cwd=homes[node], env=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                text=True, start_new_session=True))
+        deadline = time.monotonic() + WAIT     # c10d picks the host of rank 0
+        while not any(updates_of(home / "run") for home in homes):
+            assert all(job.poll() is None for job in jobs), [job.communicate() for job in jobs]
+            assert time.monotonic() < deadline, "the job never got going"
+            time.sleep(0.05)
+        main = 0 if updates_of(homes[0] / "run") else 1
+        wait_for_updates(homes[main] / "run", 5, jobs[main])
+        other = jobs[1 - main]
+        ranks = [pid for pid in descendants(other.pid)
+                 if b"torch.distributed.run" not in Path(f"/proc/{pid}/cmdline").read_bytes()
+                 and b"peregrine" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+        assert ranks, "the other host's rank was not found"
+        os.kill(ranks[0], signal.SIGKILL)
+        results = [job.communicate(timeout=WAIT) for job in jobs]
+    finally:
+        for job in jobs:
+            stop(job)
+        cleanup()
+    for job, (_, err) in zip(jobs, results):
+        assert job.returncode == 0, err[-3000:]
+    lines = records(homes[main] / "run")
+    assert lines[-1] == {"status": "finished"}
+    assert [r["updates"] for r in lines if "updates" in r] == list(range(1, 13))
+    assert checkpoint.load(homes[main] / "run")["updates"] == 12
+    assert not (homes[1 - main] / "run" / "checkpoints").exists()    # never had one
