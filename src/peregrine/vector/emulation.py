@@ -72,13 +72,24 @@ def emulate(env, buffers=None, seed=None, index=0):
 
 
 _REAL = (int, float, np.integer, np.floating)
+_COMMON_REALS = frozenset((float, int, np.float64, np.float32))   # one set lookup
 
 
 def checked_reward(value, where: str, agent=None) -> float:
     """`value` as a float when it is a finite real number; ValueError naming `where`
     (and the agent) otherwise. Bools are not rewards (Gymnasium's checker agrees)."""
+    if type(value) in _COMMON_REALS:          # the per-step case: ~100 ns
+        try:
+            number = float(value)
+        except OverflowError:                 # an int beyond float's range
+            number = math.inf
+        if number - number == 0.0:            # false for NaN and +-inf
+            return number
     if isinstance(value, _REAL) and not isinstance(value, (bool, np.bool_)):
-        number = float(value)
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
     elif isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf":
         number = float(value)
     else:
@@ -205,8 +216,10 @@ class GymnasiumEmulation(_Unit):
             self._to_env(self.actions[0]))
         where = self.where
         reward = checked_reward(reward, where)
-        terminated = checked_flag("terminated", terminated, where)
-        truncated = checked_flag("truncated", truncated, where)
+        if terminated is not True and terminated is not False:
+            terminated = checked_flag("terminated", terminated, where)
+        if truncated is not True and truncated is not False:
+            truncated = checked_flag("truncated", truncated, where)
         buffers = self.buffers
         if terminated or truncated:
             truncated = not terminated
