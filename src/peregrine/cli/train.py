@@ -5,6 +5,7 @@
     peregrine train cartpole --detach                # headless: metrics.jsonl only
     peregrine train --resume runs/cartpole-...       # continue where it stopped
     peregrine train cartpole --nproc 2               # 2 data-parallel ranks (torchrun)
+    peregrine train cartpole --nproc auto            # one rank per core, same global batch
 
 Display: `--monitor` starts `peregrine monitor RUN_DIR` as a child process
 (a Rich dashboard reading the run's metrics; closing it never affects
@@ -66,15 +67,25 @@ def _add_flags(parser):
     parser.add_argument("--overwrite", action="store_true",
                         help="a --run-dir that holds something: move it aside (to "
                              "NAME.replaced-TIME) and start a new run there")
-    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+    parser.add_argument("--nproc", type=_nproc, default=1, metavar="N",
                         help="data-parallel ranks on this machine, started by "
-                             "torch.distributed.run (vec.num_envs is per rank)")
+                             "torch.distributed.run (vec.num_envs is per rank); 'auto': one "
+                             "rank per available core, the config's batch split over them")
     parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
                         help="with --nproc: restart every rank from the last checkpoint "
                              "after a rank fails, up to K times (torchrun's --max-restarts)")
     display = parser.add_mutually_exclusive_group()
     display.add_argument("--monitor", action="store_true", help="live dashboard (child process)")
     display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
+
+
+def _nproc(value: str):
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int or 'auto', got {value!r}") from None
 
 
 def split_overrides(argv) -> tuple[list[str], list[str]]:
@@ -131,6 +142,8 @@ def run(args) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
     if args.resume and args.overwrite:
         raise ValueError("--overwrite starts a new run; it cannot be combined with --resume")
+    if args.nproc == "auto":
+        args.nproc, args.rank_overrides = _auto_ranks(args, config)
     if args.nproc != 1:
         return _launch(args, config, run_dir)
     if args.max_restarts:
@@ -180,6 +193,23 @@ def run(args) -> int:
     return runs.exit_code(summary)
 
 
+def _auto_ranks(args, config) -> tuple[int, list[str]]:
+    """--nproc auto: (ranks, override tokens for every rank); see distributed.auto_ranks.
+    A resumed run keeps the world size its checkpoint was written by."""
+    from ..train import distributed
+    if distributed.launched():
+        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
+    if args.resume:
+        from ..train import checkpoint
+        from ..train.run import checkpoint_path
+        saved = int(checkpoint.load(checkpoint_path(args.resume)).get("world_size", 1))
+        print(f"--nproc auto: {saved} rank(s), as the checkpoint was written", flush=True)
+        return saved, []
+    ranks, overrides, why = distributed.auto_ranks(config, distributed.available_cores())
+    print(f"--nproc auto: {why}", flush=True)
+    return ranks, [token for key, value in overrides for token in (f"--{key}", str(value))]
+
+
 def _launch(args, config, run_dir) -> int:
     """--nproc N: this command without --nproc/--max-restarts, as N ranks under
     torch.distributed.run."""
@@ -209,7 +239,8 @@ def _launch(args, config, run_dir) -> int:
     if not args.resume and not args.run_dir:
         # Named once, here: ranks restarted later must find the same directory.
         rest += ["--run-dir", str(run_dir)]
-    return launch(args.nproc, rest, args.max_restarts)
+    return launch(args.nproc, rest + list(getattr(args, "rank_overrides", [])),
+                  args.max_restarts)
 
 
 def _finish_monitor(process, grace: float = 3.0) -> None:

@@ -237,6 +237,7 @@ class DeviceEnv:
                                  "thread per instance")
         elif self.device.type != "cpu":
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        seed = resolve_seed(seed)
         host = env_class(num_envs=num_envs, seed=seed, num_threads=num_threads, preset=preset,
                          **config)
         self.host = host
@@ -261,18 +262,27 @@ class DeviceEnv:
         self._kernels = kernels(host, arrays, torch, buffers, self.action_errors)
         self._action_dtype = buffers["actions"].dtype
         self._action_shape = tuple(buffers["actions"].shape)
+        self._first_episode_seed: int | None = None
         self.reset(seed)
+        # as NativeEnv: reset() before any step plays the construction seed's first episode
+        self._first_episode_seed = seed
 
     # ---- the loop -------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         """Fresh episodes everywhere; with a seed, every instance's stream
-        restarts from (seed, instance). Returns (observations, {})."""
+        restarts from (seed, instance); without one, streams continue (the
+        first reset() before any step restarts them from the construction
+        seed, as NativeEnv.reset does). Returns (observations, {})."""
+        if seed is None:
+            seed = self._first_episode_seed
+        self._first_episode_seed = None
         self._kernels.reset(None if seed is None else resolve_seed(seed))
         return self.observations, {}
 
     def seed_streams(self, seed: int) -> None:
         """Restarts every stream from (seed, instance) without a reset."""
         self._kernels.seed_streams(resolve_seed(seed))
+        self._first_episode_seed = None
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                    torch.Tensor, dict]:
@@ -287,6 +297,7 @@ class DeviceEnv:
                     or tuple(actions.shape) != self._action_shape):
                 self._refuse_actions(actions)
             self.actions.copy_(actions)
+        self._first_episode_seed = None
         self._kernels.step()
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
