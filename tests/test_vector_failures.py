@@ -62,9 +62,8 @@ def test_garbage_collection_frees_everything():
 
 
 def test_killed_worker_is_reported_quickly_and_cleaned_up():
-    before = shm_segments()
     env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2, seed=0)
-    pids = env.worker_pids
+    pids, name = env.worker_pids, _segment_name(env)
     env.step(np.zeros(4, np.int32))
     os.kill(pids[1], signal.SIGKILL)
     start = time.monotonic()
@@ -73,7 +72,7 @@ def test_killed_worker_is_reported_quickly_and_cleaned_up():
             env.step(np.zeros(4, np.int32))
     assert time.monotonic() - start < 30  # generous: the real bound is ~50 ms of polling
     assert _wait_gone(pids, 2.0) == []  # the surviving worker was stopped too
-    assert shm_segments() == before
+    assert name not in shm_segments()   # (by name: other jobs on the machine make their own)
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
 
