@@ -44,7 +44,6 @@ from ..native.batch import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, 
 if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
     import torch
 
-THREADS_PER_BLOCK = 128
 ACTION_ERRORS = ("out-of-range discrete action component(s), replaced by 0",
                  "non-finite continuous action component(s), treated as 0")
 
@@ -156,7 +155,12 @@ class _CudaKernels:
         self._refuse_host_pointers(struct_bytes, patched)
         self.env_struct = torch.frombuffer(struct_bytes, dtype=torch.uint8).to(device)
         self.stats_rows = self.device_arrays[arrays.index_of("stats")].view(torch.float64)
-        self.blocks = (host.num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        kernel_max_threads = min(
+            gpu._check(driver.cuFuncGetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel),
+                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel))
+        self.blocks, self.threads = gpu.launch_config(host.num_envs,
+                                                      kernel_max_threads=kernel_max_threads)
         self.push()
 
     def _refuse_host_pointers(self, struct_bytes, patched) -> None:
@@ -183,7 +187,7 @@ class _CudaKernels:
         values = tuple(value for value, _ in args)
         types = tuple(kind for _, kind in args)
         self._check(self.driver.cuLaunchKernel(
-            kernel, self.blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0,
+            kernel, self.blocks, 1, 1, self.threads, 1, 1, 0,
             self.driver.CUstream(stream), (values, types), 0), "cuLaunchKernel")
 
     def step(self) -> None:

@@ -64,6 +64,7 @@ static const PgConfigField pg_config_fields[] = {ENV_CONFIG(PG_CONFIG_ROW)};
 static const char *pg_stat_names[] = {ENV_STATS(PG_STAT_ROW)};
 #undef PG_STAT_ROW
 #define PG_NUM_STATS ((int)(sizeof(pg_stat_names) / sizeof(pg_stat_names[0])))
+_Static_assert(PG_NUM_STATS <= PG_MAX_STATS, "ENV_STATS lists more statistics than PG_MAX_STATS (pg_env.h)");
 
 #define PG_MAX_THREADS 256
 #define PG_MAX_NUM_ENVS (1 << 26) /* instances per batch; rows = num_envs * agents fit in int */
