@@ -177,3 +177,57 @@ def test_overlap_from_an_unguarded_script_names_the_line_to_guard(monkeypatch):
                                            r"code that trains \(line 12\) under `if __name__"):
         OverlapTrainer(load_config("cartpole", overrides=SMALL + [("train.overlap", True)]))
     assert closed == [True]        # the env it had made was closed, not leaked
+
+
+# ---- resume and env buffers ---------------------------------------------------------------
+
+def test_resuming_without_the_normaliser_statistics_the_run_needs_is_refused():
+    plain = small_trainer()
+    try:
+        plain.update()
+        state = plain.state_dict()
+    finally:
+        plain.close()
+    for key, name in (("train.normalize_obs", "obs_normalizer"),
+                      ("train.normalize_reward", "reward_scaler")):
+        resumed = small_trainer((key, True))
+        try:
+            with pytest.raises(ValueError, match=f"checkpoint has no {name} statistics but this "
+                                                 f"run has {key} on"):
+                resumed.load_state_dict(copy.deepcopy(state))
+        finally:
+            resumed.close()
+
+
+class FreshArrays:
+    """A batch whose step returns new arrays each time (not its buffers, updated in place)."""
+
+    def __init__(self, env):
+        self._env = env
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def reset(self, seed=None):
+        observations, infos = self._env.reset(seed=seed)
+        return observations.copy(), infos
+
+    def step(self, actions):
+        observations, rewards, terminals, truncations, infos = self._env.step(actions)
+        return observations.copy(), rewards.copy(), terminals.copy(), truncations.copy(), infos
+
+
+@pytest.mark.parametrize("normalize", [False, True])
+def test_a_batch_returning_fresh_arrays_trains_as_one_updating_in_place(normalize):
+    import peregrine
+    extra = [("train.normalize_obs", normalize), ("train.normalize_reward", normalize)]
+    losses = []
+    for wrap in (False, True):
+        env = peregrine.make("cartpole", num_envs=4, seed=11)
+        trainer = small_trainer(*extra, env=FreshArrays(env) if wrap else env)
+        try:
+            losses.append([trainer.update()["losses"] for _ in range(2)])
+        finally:
+            trainer.close()
+            env.close()
+    assert losses[0] == losses[1]
