@@ -63,6 +63,15 @@ def test_max_grad_norm_zero_turns_clipping_off(monkeypatch, max_grad_norm, clipp
     assert norms == ([max_grad_norm] * 12 if clipped else [])
 
 
+@pytest.mark.parametrize("deterministic", [True, False])
+def test_deterministic_false_leaves_torchs_setting_alone(monkeypatch, deterministic):
+    from peregrine.train import torch_startup
+    calls = []
+    monkeypatch.setattr(torch_startup, "use_deterministic_algorithms", lambda: calls.append(1))
+    small_trainer(("train.deterministic", deterministic)).close()
+    assert calls == ([1] if deterministic else [])
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="asserts the refusal on a machine without CUDA")
 def test_cuda_without_a_gpu_is_refused_and_auto_means_cpu():
     assert resolve_device("auto") == torch.device("cpu")
@@ -71,11 +80,12 @@ def test_cuda_without_a_gpu_is_refused_and_auto_means_cpu():
         small_trainer(("train.device", "cuda"))
 
 
-def test_a_checkpoint_without_env_state_resumes_with_fresh_episodes():
+@pytest.mark.parametrize("lstm", [False, True])
+def test_a_checkpoint_without_env_state_resumes_with_fresh_episodes(lstm):
     """An env that cannot snapshot its instances (or a checkpoint without their states)
     resumes from episodes started with a seed derived from the update count, the
     recurrent state zeroed: the same fresh start every time."""
-    extra = [("policy.lstm", True), ("policy.bptt_horizon", 8)]
+    extra = [("policy.lstm", lstm), ("policy.bptt_horizon", 8)]
     trainer = small_trainer(*extra)
     try:
         trainer.update()
@@ -91,7 +101,7 @@ def test_a_checkpoint_without_env_state_resumes_with_fresh_episodes():
             # a copy each time: torch's Optimizer.load_state_dict keeps the dict's tensors
             resumed.load_state_dict(copy.deepcopy(state))
             assert resumed.updates == 1 and bool(resumed.next_starts.all())
-            assert all(not s.any() for s in resumed.lstm_state)
+            assert not lstm or all(not s.any() for s in resumed.lstm_state)
             results.append((resumed.env.observations.copy(), resumed.update()["losses"]))
         finally:
             resumed.close()
