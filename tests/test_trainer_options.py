@@ -241,3 +241,21 @@ def test_a_batch_returning_fresh_arrays_trains_as_one_updating_in_place(normaliz
             trainer.close()
             env.close()
     assert losses[0] == losses[1]
+
+
+def test_overlap_recomputes_log_probs_under_the_action_mask():
+    """Prospector masks invalid actions: the learner's recomputation of the actor's
+    log-probs must apply the same mask, or rollout 0 (collected with the very weights
+    update 0 starts from) would not have importance weights of 1."""
+    from peregrine.train.overlap import OverlapTrainer
+    trainer = OverlapTrainer(load_config("prospector", overrides=[
+        ("vec.num_envs", 4), ("train.horizon", 16), ("train.minibatch_size", 32),
+        ("train.update_epochs", 1), ("train.total_steps", 10**6), ("policy.hidden_size", 16),
+        ("train.overlap", True)]))
+    try:
+        assert trainer.storage.action_mask is not None
+        first, second = trainer.update(), trainer.update()
+        assert first["losses"]["importance_weight"] == pytest.approx(1.0, abs=1e-5)
+        assert second["losses"]["importance_weight"] < 1.0
+    finally:
+        trainer.close()
