@@ -358,3 +358,16 @@ def test_profile_of_a_multi_agent_env_reports_env_steps_too(tmp_path, capsys):
     assert steady["env_steps_per_sec"] == pytest.approx(steady["steps_per_sec"] / agents)
     line = next(line for line in out.splitlines() if "env steps/s" in line)
     assert line.startswith("  env steps/s      : ")
+
+
+def test_a_run_file_removed_while_watched_is_not_taken_for_a_new_run(tmp_path):
+    from peregrine.cli import monitor as monitor_cli
+    from peregrine.monitor.metrics import MetricsReader, MetricsWriter
+    writer = MetricsWriter(tmp_path / "run", [])
+    with MetricsReader(tmp_path / "run") as reader:
+        assert not monitor_cli._replaced(reader)
+        (tmp_path / "run" / "metrics.bin").unlink()
+        assert not monitor_cli._replaced(reader)      # gone: keep showing what was read
+        MetricsWriter(tmp_path / "run", []).close("finished")
+        assert monitor_cli._replaced(reader)          # a new file in its place: a new run
+    writer.close("finished")
