@@ -31,7 +31,9 @@ def test_actions_written_in_place_are_sent_as_they_are():
         with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
                      batch_size=2, seed=3) as env:
             env.async_reset(seed=3)
-            for _ in range(40):
+            for _ in range(5000):       # until every env has 10 steps (workers are not fair)
+                if min(len(steps) for steps in per_env.values()) >= 10:
+                    break
                 observations, rewards, *_rest, env_ids, _masks = env.recv()
                 for row, env_id in enumerate(env_ids):
                     per_env[int(env_id)].append((observations[row].copy(), float(rewards[row])))
