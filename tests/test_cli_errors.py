@@ -27,6 +27,15 @@ def fake_command(monkeypatch, module_name, run):
 
 # ---- dispatch ------------------------------------------------------------------------
 
+@pytest.mark.parametrize("argv, code", [([], 0), (["--help"], 0), (["-x"], 2), (["nope"], 2)])
+def test_no_command_prints_help_and_an_unknown_one_exits_2(capsys, argv, code):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(argv)
+    assert exit_info.value.code == code
+    captured = capsys.readouterr()
+    assert "COMMAND" in (captured.out if code == 0 else captured.err)
+
+
 def test_ctrl_c_in_a_command_exits_130_without_a_traceback(monkeypatch, capsys):
     def run(args):
         raise KeyboardInterrupt

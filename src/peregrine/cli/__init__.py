@@ -44,8 +44,7 @@ def main(argv=None) -> int:
     top.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
                      help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
     if not argv or argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:
-        top.parse_args(argv[:1] or ["--help"])
-        return 2
+        top.parse_args(argv[:1] or ["--help"])   # exits: help (0) or an unknown command (2)
     name = argv[0]
     module_name, help_text = COMMANDS[name]
     try:
