@@ -22,7 +22,9 @@ ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
 STAMP = VENV / ".peregrine-install-stamp"
 TORCH = "torch==2.13.0"
-EXTRAS = "train,test,pettingzoo,cuda"  # cuda: NVRTC, so the tests compile every env for the GPU
+# cuda: NVRTC, so the tests compile every env for the GPU; conformance: the third-party
+# clients (TorchRL, SuperSuit) tests/test_conformance.py runs
+EXTRAS = "train,test,pettingzoo,cuda,conformance"
 
 COVERAGE_JSON = ROOT / ".coverage-summary.json"
 COMMANDS = {

@@ -27,8 +27,8 @@ def fake_command(monkeypatch, module_name, run):
 
 # ---- dispatch ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("argv, code", [([], 0), (["--help"], 0), (["-x"], 2), (["nope"], 2)])
-def test_no_command_prints_help_and_an_unknown_one_exits_2(capsys, argv, code):
+@pytest.mark.parametrize("argv, code", [(["--help"], 0), (["-x"], 2), (["nope"], 2)])
+def test_help_exits_0_and_an_unknown_command_exits_2(capsys, argv, code):
     with pytest.raises(SystemExit) as exit_info:
         cli_main(argv)
     assert exit_info.value.code == code

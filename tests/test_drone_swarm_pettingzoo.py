@@ -62,7 +62,7 @@ def test_bad_actions_and_arguments_are_refused_by_name():
         env.step({**zeros, "drone_1": np.zeros(2)})
     env.close()
     with pytest.raises(ValueError, match="render_mode"):
-        drone_swarm.parallel_env(render_mode="human")
+        drone_swarm.parallel_env(render_mode="ansi")
     with pytest.raises(ValueError, match="n_drones"):
         drone_swarm.parallel_env(n_drones=0)
 

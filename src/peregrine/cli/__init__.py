@@ -43,8 +43,11 @@ def main(argv=None) -> int:
         return 0
     top.add_argument("command", choices=sorted(COMMANDS), metavar="COMMAND",
                      help="; ".join(f"{n}: {h}" for n, (_, h) in COMMANDS.items()))
-    if not argv or argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:
-        top.parse_args(argv[:1] or ["--help"])   # exits: help (0) or an unknown command (2)
+    if not argv:   # a usage error, as argparse makes a missing command: the help, exit 2
+        top.print_help(sys.stderr)
+        return 2
+    if argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:
+        top.parse_args(argv[:1])   # exits: help (0) or an unknown command (2)
     name = argv[0]
     module_name, help_text = COMMANDS[name]
     try:

@@ -5,6 +5,7 @@
     peregrine train cartpole --detach                # headless: metrics.jsonl only
     peregrine train --resume runs/cartpole-...       # continue where it stopped
     peregrine train cartpole --nproc 2               # 2 data-parallel ranks (torchrun)
+    peregrine train cartpole --nproc auto            # one rank per core, same global batch
 
 Display: `--monitor` starts `peregrine monitor RUN_DIR` as a child process
 (a Rich dashboard reading the run's metrics; closing it never affects
@@ -63,12 +64,22 @@ def _add_flags(parser):
     parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
     parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")
     parser.add_argument("--run-dir", help="exact run directory (default: runs/<env>-<time>-s<seed>)")
-    parser.add_argument("--nproc", type=int, default=1, metavar="N",
+    parser.add_argument("--nproc", type=_nproc, default=1, metavar="N",
                         help="data-parallel ranks on this machine, started by "
-                             "torch.distributed.run (vec.num_envs is per rank)")
+                             "torch.distributed.run (vec.num_envs is per rank); 'auto': one "
+                             "rank per available core, the config's batch split over them")
     display = parser.add_mutually_exclusive_group()
     display.add_argument("--monitor", action="store_true", help="live dashboard (child process)")
     display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
+
+
+def _nproc(value: str):
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an int or 'auto', got {value!r}") from None
 
 
 def split_overrides(argv) -> tuple[list[str], list[str]]:
@@ -123,6 +134,8 @@ def run(args) -> int:
             raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+    if args.nproc == "auto":
+        args.nproc, args.rank_overrides = _auto_ranks(args, config)
     if args.nproc != 1:
         return _launch(args, config)
     quiet = runs.distributed.launched() and os.environ.get("RANK", "0") != "0"
@@ -168,6 +181,23 @@ def run(args) -> int:
     return 130 if summary["status"] == "interrupted" else 0
 
 
+def _auto_ranks(args, config) -> tuple[int, list[str]]:
+    """--nproc auto: (ranks, override tokens for every rank); see distributed.auto_ranks.
+    A resumed run keeps the world size its checkpoint was written by."""
+    from ..train import distributed
+    if distributed.launched():
+        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
+    if args.resume:
+        from ..train import checkpoint
+        from ..train.run import checkpoint_path
+        saved = int(checkpoint.load(checkpoint_path(args.resume)).get("world_size", 1))
+        print(f"--nproc auto: {saved} rank(s), as the checkpoint was written", flush=True)
+        return saved, []
+    ranks, overrides, why = distributed.auto_ranks(config, distributed.available_cores())
+    print(f"--nproc auto: {why}", flush=True)
+    return ranks, [token for key, value in overrides for token in (f"--{key}", str(value))]
+
+
 def _launch(args, config) -> int:
     """--nproc N: this command without --nproc, as N ranks under torch.distributed.run."""
     from ..train.distributed import check_config, check_world_size, launch, launched
@@ -189,7 +219,7 @@ def _launch(args, config) -> int:
         if not argv[i].startswith("--nproc="):
             rest.append(argv[i])
         i += 1
-    return launch(args.nproc, rest)
+    return launch(args.nproc, rest + list(getattr(args, "rank_overrides", [])))
 
 
 def _finish_monitor(process, grace: float = 3.0) -> None:

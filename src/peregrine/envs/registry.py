@@ -43,10 +43,26 @@ GYMNASIUM_IDS = {
 }
 GYMNASIUM_NAMESPACE = "peregrine"
 
-# name -> module that draws the env: render_episode(env, policy, out_path, ...)
-# for `peregrine render`, and rgb_frame(env, instance) with RENDER_FPS for the
-# Gymnasium exports' render_mode="rgb_array".
+# Gymnasium's max_episode_steps of the ids whose rules are Gymnasium's (the
+# spec's, so gymnasium.make adds its TimeLimit as for Gymnasium's own envs). The
+# other ids end at their own max_steps, which presets change: their specs carry none.
+GYMNASIUM_STEP_LIMITS = {
+    "cartpole": 500,
+    "pendulum": 200,
+    "mountain_car": 200,
+    "mountain_car_continuous": 999,
+}
+
+# name -> module that draws the env: rgb_frame(env, instance) and RENDER_FPS for
+# the exports' render_mode="rgb_array" (every env; multi-agent envs add
+# agent_frames, one frame per agent), and render_episode(env, policy, out_path,
+# ...) where `peregrine render` writes GIFs of episodes (drone_swarm).
 RENDERERS = {
+    "cartpole": "peregrine.envs.cartpole.render",
+    "pendulum": "peregrine.envs.pendulum.render",
+    "mountain_car": "peregrine.envs.mountain_car.render",
+    "mountain_car_continuous": "peregrine.envs.mountain_car.render",
+    "prospector": "peregrine.envs.prospector.render",
     "drone_swarm": "peregrine.envs.drone_swarm.render",
 }
 
@@ -97,9 +113,11 @@ def register_gymnasium_envs() -> None:
 
     gymnasium.make(id) gives one instance as a gymnasium.Env, and
     gymnasium.make_vec(id, num_envs=N) a native batch of N behind Gymnasium's
-    VectorEnv (see peregrine/vector/export.py). The step limit is the env's
-    own `max_steps` config field, so the specs carry no max_episode_steps;
-    reward thresholds are Gymnasium's where the id is Gymnasium's.
+    VectorEnv (see peregrine/vector/export.py). Where the id is Gymnasium's, so
+    are the spec's max_episode_steps and reward threshold: gymnasium.make then
+    ends episodes with Gymnasium's TimeLimit (the instance's own limit is lifted
+    unless `max_steps` is given, so `max_episode_steps=k` means k steps, as for
+    Gymnasium's envs), and make_vec passes the limit to the batch's max_steps.
     """
     from gymnasium.envs.registration import register, registry
 
@@ -108,31 +126,48 @@ def register_gymnasium_envs() -> None:
         if env_id in registry:
             continue
         original = registry.get(gymnasium_id)
+        kwargs: dict[str, Any] = {"name": name}
+        if name in GYMNASIUM_STEP_LIMITS:
+            kwargs["max_steps"] = None   # the TimeLimit's (single env) or max_episode_steps (vector)
         register(id=env_id,
                  entry_point="peregrine.vector.export:GymnasiumEnv",
                  vector_entry_point="peregrine.vector.export:gymnasium_vector_env",
                  reward_threshold=original.reward_threshold if original else None,
-                 kwargs={"name": name})
+                 max_episode_steps=GYMNASIUM_STEP_LIMITS.get(name),
+                 kwargs=kwargs)
 
 
 class _RegisterAfterImport:
     """A meta path finder (importlib.abc.MetaPathFinder's protocol; that module
     is not imported, it costs more than the rest of `import peregrine`) that
     finds `gymnasium` through the other finders and runs the registration as
-    soon as its module has executed: a post-import hook, used once."""
+    soon as its module has executed: a post-import hook.
+
+    It stays installed until Gymnasium's module has actually executed: a probe
+    such as importlib.util.find_spec("gymnasium") (TorchRL makes one on import)
+    gets a spec that is never executed, and the import that follows must still
+    register.
+    """
 
     def find_spec(self, fullname, path=None, target=None):
         if fullname != "gymnasium":
             return None
-        sys.meta_path.remove(self)
-        from importlib.util import find_spec
-        spec = find_spec(fullname)
-        if spec is None or spec.loader is None:
+        spec = None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         execute = spec.loader.exec_module
+        hook = self
 
         def exec_module(module):
             execute(module)
+            if hook in sys.meta_path:
+                sys.meta_path.remove(hook)
             register_gymnasium_envs()
 
         spec.loader.exec_module = exec_module

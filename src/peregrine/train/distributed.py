@@ -162,6 +162,54 @@ def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
     return {**state, **state["ranks"][rank]}
 
 
+def available_cores() -> int:
+    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:   # macOS, Windows
+        return os.cpu_count() or 1
+
+
+def auto_ranks(config, cores: int) -> tuple[int, list[tuple[str, int]], str]:
+    """`--nproc auto`: one rank per available core, with the one-process run's
+    batch split over the ranks, so the global batch, the global minibatch and
+    so the learning-rate schedule stay those of the config.
+
+    Returns (ranks, per-rank overrides, why): vec.num_envs and
+    train.minibatch_size divided by the rank count, and the step and torch
+    threads shared out (at least 1 each). The rank count is the largest up to
+    `cores` that divides num_envs, minibatch_size and the per-rank batch into
+    vec.split halves; 1 (train in this process, config unchanged) when no such
+    count above 1 exists, when only one core is available, or when the config
+    cannot run on several ranks (check_config, or a backend other than the
+    native batch).
+    """
+    vec, t = config.vec, config.train
+    if cores <= 1:
+        return 1, [], "one core available"
+    try:
+        check_config(config)
+    except ValueError as error:
+        return 1, [], f"one process: {error}"
+    if vec.backend != "native":
+        return 1, [], (f"one process: vec.backend {vec.backend!r} is split over cores by its "
+                       f"own workers; auto splits the native batch only")
+    ranks = cores
+    while ranks > 1 and (vec.num_envs % ranks or t.minibatch_size % ranks
+                         or (vec.num_envs // ranks) % max(vec.split, 1)):
+        ranks -= 1
+    if ranks == 1:
+        return 1, [], (f"one process: vec.num_envs {vec.num_envs} and train.minibatch_size "
+                       f"{t.minibatch_size} have no common divisor up to {cores}")
+    overrides = [("vec.num_envs", vec.num_envs // ranks),
+                 ("train.minibatch_size", t.minibatch_size // ranks),
+                 ("vec.num_threads", max(1, vec.num_threads // ranks)),
+                 ("train.torch_threads", max(1, t.torch_threads // ranks))]
+    return ranks, overrides, (f"{ranks} ranks (one per available core), each "
+                              f"{vec.num_envs // ranks} envs and minibatches of "
+                              f"{t.minibatch_size // ranks}: the global batch of one process")
+
+
 def check_config(config) -> None:
     """ValueError for settings that several ranks do not support."""
     t = config.train

@@ -27,8 +27,8 @@ import numpy as np
 from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from ..envs.registry import RENDERERS
-from ..envs.registry import env_class
+from ..envs.native.batch import IndependentCopies, UnknownKeywordError
+from ..envs.registry import RENDERERS, env_class
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
     from stable_baselines3.common.vec_env import VecEnv
@@ -51,8 +51,24 @@ def _as_actions(env, actions):
 
 # ---- rendering ------------------------------------------------------------------------
 
+class _Renderer:
+    """The drawing module of an env (the registry's RENDERERS), held by name so
+    that the adapters holding it stay picklable."""
+
+    def __init__(self, module_name: str) -> None:
+        self.module_name = module_name
+
+    @property
+    def module(self):
+        return importlib.import_module(self.module_name)
+
+    @property
+    def fps(self) -> int:
+        return self.module.RENDER_FPS
+
+
 def _renderer(env, render_mode):
-    """The frame-drawing module for `env`, or None when render_mode is None.
+    """The env's _Renderer, or None when render_mode is None.
 
     An env that cannot draw refuses render_mode with a TypeError, as an env
     whose constructor takes no render_mode does: callers that ask for frames
@@ -60,21 +76,31 @@ def _renderer(env, render_mode):
     """
     if render_mode is None:
         return None
-    name = getattr(env, "name", None)
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-    if name not in RENDERERS or not hasattr(env, "get_state"):
-        raise TypeError(f"render_mode='rgb_array' needs an env that can draw itself; "
-                        f"envs with a renderer: {sorted(RENDERERS)}, got {name!r}")
-    return importlib.import_module(RENDERERS[name])
+    module_name = RENDERERS.get(getattr(env, "name", None))
+    if module_name is None or not hasattr(env, "get_state"):
+        raise TypeError(f"render_mode='rgb_array' needs a native batch (peregrine.make) of an "
+                        f"env that can draw itself; {type(env).__name__} cannot")
+    return _Renderer(module_name)
 
 
 def _frames(env, renderer):
-    """One RGB frame (uint8 [H, W, 3]) per row: each row shows its instance."""
+    """One RGB frame (uint8 [H, W, 3]) per row, each showing its instance; the
+    rows of a multi-agent instance each get the instance's frame with their own
+    agent marked (the module's agent_frames), so no two tiles of a vector video
+    are the same picture."""
     if renderer is None:
         return None
-    per_instance = [renderer.rgb_frame(env, instance) for instance in range(env.num_envs)]
-    return tuple(per_instance[row // env.agents_per_env] for row in range(env.num_agents))
+    module = renderer.module
+    frames = []
+    for instance in range(env.num_envs):
+        frame = module.rgb_frame(env, instance)
+        if env.agents_per_env == 1:
+            frames.append(frame)
+        else:
+            frames.extend(module.agent_frames(env, instance, frame))
+    return tuple(frames)
 
 
 # ---- attributes of the rows, which all share one batch ------------------------------------
@@ -181,7 +207,7 @@ class _EpisodeRecorder:
 
 # ---- Gymnasium ------------------------------------------------------------------------------
 
-class GymnasiumVectorEnv(VectorEnv):
+class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
     """A Gymnasium VectorEnv over any Peregrine env (native batch or backend).
 
     autoreset_mode (chosen at construction; see
@@ -199,15 +225,20 @@ class GymnasiumVectorEnv(VectorEnv):
         reset with reset(options={"reset_mask": mask}) before it is stepped
         again; stepping it earlier is refused. Needs a native batch.
       Default (None): NEXT_STEP on a native batch, SAME_STEP on a backend.
-    record_episode_statistics: put infos["episode"]/infos["_episode"] for the
-      rows that finished, as gymnasium.wrappers.vector.RecordEpisodeStatistics
-      does (so loggers written for it, such as CleanRL's, work as they are).
-      Pass False to wrap this env in that wrapper yourself (it refuses to
-      overwrite the key).
-    render_mode: None or "rgb_array" for envs with a renderer (drone_swarm):
-      render() returns one frame per sub-env, each row showing its instance.
-      A row that just ended shows the next episode's start (the batch resets
-      inside the step).
+    record_episode_statistics: False (default), as for Gymnasium's own vector
+      envs: wrap this env in gymnasium.wrappers.vector.RecordEpisodeStatistics
+      for infos["episode"]. True writes the same infos["episode"] /
+      infos["_episode"] entries itself (cheaper, and with the env's own
+      statistics such as `success` beside "r", "l" and "t"); the wrapper then
+      refuses to run over it, since it would overwrite them.
+    render_mode: None or "rgb_array" (every native env draws itself):
+      render() returns one frame per sub-env, each showing its instance; the
+      drones of one DroneSwarm instance each get its frame with their own drone
+      ringed. A row that just ended shows the next episode's start (the batch
+      resets inside the step).
+
+    Copies (copy.copy, copy.deepcopy) and pickles are independent envs over a
+    new batch in the same state (see NativeEnv.__reduce__).
 
     reset(seed=...): an int reseeds every instance from (seed, instance index),
     as the native env does; a list gives each sub-env its own seed (None
@@ -220,7 +251,7 @@ class GymnasiumVectorEnv(VectorEnv):
 
     def __init__(self, env: Any, copy: bool = True,
                  autoreset_mode: AutoresetMode | str | None = None,
-                 record_episode_statistics: bool = True, render_mode: str | None = None) -> None:
+                 record_episode_statistics: bool = False, render_mode: str | None = None) -> None:
         self.env = env
         self.copy = copy
         self.num_envs = env.num_agents
@@ -244,9 +275,10 @@ class GymnasiumVectorEnv(VectorEnv):
         self._renderer = _renderer(env, render_mode)
         self.render_mode = render_mode
         self.metadata = {"autoreset_mode": autoreset_mode,
-                         "render_modes": ["rgb_array"] if self._renderer else []}
+                         "render_modes": ["rgb_array"] if getattr(env, "name", None) in RENDERERS
+                         and hasattr(env, "get_state") else []}
         if self._renderer is not None:
-            self.metadata["render_fps"] = self._renderer.RENDER_FPS
+            self.metadata["render_fps"] = self._renderer.fps
         self._episodes = _EpisodeRecorder(env) if record_episode_statistics else None
         self._ended = np.zeros(self.num_envs, bool)  # rows that ended on the last step
         self.closed = False
@@ -413,7 +445,7 @@ class GymnasiumVectorEnv(VectorEnv):
         self.close()
 
 
-class GymnasiumEnv(Env):
+class GymnasiumEnv(IndependentCopies, Env):
     """One instance of a native env as a gymnasium.Env: gymnasium.make's entry point.
 
         env = gymnasium.make("peregrine/CartPole-v1")           # or GymnasiumEnv("cartpole")
@@ -423,28 +455,40 @@ class GymnasiumEnv(Env):
     Spaces are the native env's single spaces (a Discrete action space keeps
     the batch's int32 dtype; any integer action in range is accepted). The
     episode ends at the env's own limit (its `max_steps` config field);
-    gymnasium.make(..., max_episode_steps=k) adds Gymnasium's TimeLimit as for
-    any env. The batch resets an ended instance inside the step: reset()
-    without a seed after an episode ended returns that already drawn start
-    (stepping without reset() continues from it). Keyword arguments are the
-    env's config fields (and preset=).
+    `max_steps=None` lifts it (the field's maximum), which is how the ids with
+    Gymnasium's rules are registered: there gymnasium.make's TimeLimit (the
+    spec's max_episode_steps, or the one given) ends the episodes, as for
+    Gymnasium's own envs. The batch resets an ended instance inside the step:
+    reset() without a seed after an episode ended returns that already drawn
+    start (stepping without reset() continues from it). Keyword arguments are
+    the env's config fields (and preset=); any other keyword is a TypeError
+    (UnknownKeywordError) as Python's own.
+
+    render_mode "rgb_array" draws the instance (every env can);
+    gymnasium.make(..., render_mode="human") shows those frames in a window
+    through Gymnasium's HumanRendering wrapper (pygame). Copies and pickles
+    are independent envs over a new batch in the same state.
 
     Multi-agent envs (drone_swarm with n_drones > 1) have no single-agent view:
     use gymnasium.make_vec (one sub-env per agent) or the PettingZoo export
     peregrine.envs.drone_swarm.parallel_env.
     """
 
-    metadata = {"render_modes": ["rgb_array"]}  # the modes some envs have; see __init__
+    metadata = {"render_modes": ["rgb_array"]}  # every env draws; render_fps: see __init__
 
     def __init__(self, name: str, render_mode: str | None = None, **config: Any) -> None:
         cls = env_class(name)
+        if "max_steps" in config and config["max_steps"] is None:
+            config["max_steps"] = _field_maximum(cls, "max_steps")
         batch = cls(num_envs=1, seed=None, **config)
         if batch.agents_per_env != 1:
             batch.close()
             raise ValueError(f"{name} with {batch.agents_per_env} agents per env has no "
-                             "single-agent gymnasium.Env view: use gymnasium.make_vec (one "
-                             f"sub-env per agent), or peregrine.envs.{name}.parallel_env for "
-                             "PettingZoo")
+                             "single-agent gymnasium.Env view: use gymnasium.make_vec(id, "
+                             "num_envs=N) with its default vectorization mode (one sub-env per "
+                             "agent of N native instances; the 'sync' and 'async' modes are "
+                             f"built from single-agent envs), or peregrine.envs.{name}."
+                             "parallel_env for PettingZoo")
         self.batch = batch
         try:
             self._renderer = _renderer(batch, render_mode)
@@ -452,9 +496,9 @@ class GymnasiumEnv(Env):
             batch.close()
             raise
         self.render_mode = render_mode
-        self.metadata = {"render_modes": ["rgb_array"] if self._renderer else []}
+        self.metadata = {"render_modes": ["rgb_array"] if name in RENDERERS else []}
         if self._renderer is not None:
-            self.metadata["render_fps"] = self._renderer.RENDER_FPS
+            self.metadata["render_fps"] = self._renderer.fps
         self.observation_space = batch.single_observation_space
         self.action_space = batch.single_action_space
         self._actions = np.zeros_like(batch.actions)
@@ -487,20 +531,30 @@ class GymnasiumEnv(Env):
         self.batch.close()
 
 
+def _field_maximum(cls, field: str):
+    """The largest value the C header allows for config field `field`."""
+    for name, _default, _low, high, is_integer in cls.config_fields():
+        if name == field:
+            return int(high) if is_integer else high
+    raise UnknownKeywordError(f"{cls.__name__}() got an unexpected keyword argument {field!r}")
+
+
 def gymnasium_vector_env(name: str, num_envs: int = 1, num_threads: int = 1,
                          seed: int | None = None,
                          autoreset_mode: AutoresetMode | str | None = None,
-                         record_episode_statistics: bool = True,
+                         record_episode_statistics: bool = False,
                          render_mode: str | None = None, max_episode_steps: int | None = None,
                          **config: Any) -> GymnasiumVectorEnv:
     """gymnasium.make_vec's entry point: a native batch of `num_envs` instances
     of env `name` behind GymnasiumVectorEnv (one sub-env per agent row).
-    num_threads and the env's config fields (and preset=) go to the batch;
-    max_episode_steps is the batch's max_steps."""
-    if max_episode_steps is not None:
-        if "max_steps" in config:
-            raise ValueError("give max_episode_steps or max_steps, not both")
-        config["max_steps"] = max_episode_steps
+    num_threads and the env's config fields (and preset=) go to the batch.
+    The batch's max_steps is the `max_steps` given, else max_episode_steps
+    (make_vec passes the spec's), else the env's default; `max_steps=None`
+    (how the ids with Gymnasium's rules are registered) counts as not given."""
+    if config.get("max_steps", None) is None:
+        config.pop("max_steps", None)
+        if max_episode_steps is not None:
+            config["max_steps"] = max_episode_steps
     batch = env_class(name)(num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
     try:
         return GymnasiumVectorEnv(batch, autoreset_mode=autoreset_mode,

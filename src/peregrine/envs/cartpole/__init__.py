@@ -20,7 +20,7 @@ class CartPole(NativeEnv):
     native_module = _cartpole
 
     def observation_bounds(self):
-        # Same bounds as Gymnasium's CartPole-v1 observation space.
-        big = np.finfo(np.float32).max
+        # Gymnasium's CartPole-v1 observation space: the velocities are unbounded.
         x2, theta2 = 2 * self.config["x_threshold"], 2 * self.config["theta_threshold"]
-        return np.array([-x2, -big, -theta2, -big]), np.array([x2, big, theta2, big])
+        return (np.array([-x2, -np.inf, -theta2, -np.inf]),
+                np.array([x2, np.inf, theta2, np.inf]))

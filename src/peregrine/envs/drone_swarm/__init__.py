@@ -279,15 +279,26 @@ class DroneSwarm(NativeEnv):
         return state_layout(self.config)
 
 
-def parallel_env(render_mode: str | None = None, **config: Any) -> DroneSwarmParallelEnv:
-    """One DroneSwarm instance as a PettingZoo ParallelEnv (agents drone_0 ...),
-    made the way PettingZoo's own envs are; needs the `pettingzoo` extra.
-    Keywords: DroneSwarm's config fields, `preset`, `render_size`. See parallel.py."""
+def _pettingzoo_module():
     try:
-        from .parallel import parallel_env as make_parallel_env
+        from . import parallel
     except ImportError as error:
         if getattr(error, "name", None) and error.name.split(".")[0] == "pettingzoo":
             raise ImportError("drone_swarm.parallel_env needs PettingZoo: pip install "
                               "'peregrine-rl[pettingzoo]'") from error
         raise
-    return make_parallel_env(render_mode=render_mode, **config)
+    return parallel
+
+
+def parallel_env(render_mode: str | None = None, **config: Any) -> DroneSwarmParallelEnv:
+    """One DroneSwarm instance as a PettingZoo ParallelEnv (agents drone_0 ...),
+    made the way PettingZoo's own envs are; needs the `pettingzoo` extra.
+    Keywords: DroneSwarm's config fields, `preset`, `render_size`, `max_cycles`.
+    See parallel.py."""
+    return _pettingzoo_module().parallel_env(render_mode=render_mode, **config)
+
+
+def env(render_mode: str | None = None, **config: Any):
+    """The same as PettingZoo's AEC env (agents act in turn): parallel_to_aec
+    over parallel_env(...), as PettingZoo's own modules offer `env()`."""
+    return _pettingzoo_module().env(render_mode=render_mode, **config)

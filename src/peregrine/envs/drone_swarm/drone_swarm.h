@@ -49,6 +49,11 @@
 
 #include "pg_env.h"
 
+/* The GPU step keeps one instance's block scratch (per-drone and per-victim
+ * arrays sized for the largest swarm, DS_MAX_DRONES / DS_MAX_VICTIMS, indexed
+ * by drone or victim at run time) on its thread's stack: ~39 KB at sm_90. */
+PG_GPU_STACK(40960, "per-instance block scratch sized for 64 drones and 128 victims, indexed at run time")
+
 #define DS_MAX_DRONES 64
 #define DS_MAX_VICTIMS 128
 #define DS_MAX_NEAREST 16

@@ -24,8 +24,20 @@ Actions: a dict holding every agent of `agents`, each a 3-vector (vx, vy, scan)
 in [-1, 1] (the native rules clamp; NaN/inf become 0). A missing or unknown
 agent, or a value of another shape, is a ValueError naming it.
 
-Render: `render_mode="rgb_array"` returns a top-down frame (uint8 [H, W, 3],
-see render.py) of the current state; `render_size` sets H = W (default 320).
+Render (PettingZoo's modes): `render_mode="rgb_array"` returns a top-down
+frame (uint8 [H, W, 3], see render.py) of the current state; `render_size`
+sets H = W (default 320). `render_mode="human"` shows that frame in a
+matplotlib window after every reset and step, as PettingZoo's own envs do,
+and render() returns None (needs matplotlib, in the `train` extra; without a
+display, matplotlib's non-interactive backend shows nothing and says so).
+
+PettingZoo's conventions: `max_cycles=k` is the episode's step limit (the
+config field `max_steps`); `env(...)` is the AEC version (PettingZoo's
+parallel_to_aec); `state()` / `state_space` are the global state (see state()).
+
+Copies and pickles (copy.copy, copy.deepcopy, cloudpickle, as SuperSuit's
+vector constructors make them) are independent envs over a new batch in the
+same state (NativeEnv.__reduce__).
 """
 from __future__ import annotations
 
@@ -35,26 +47,32 @@ import numpy as np
 from gymnasium import logger, spaces
 from pettingzoo import ParallelEnv
 
+from ..native.batch import IndependentCopies
 from . import DroneSwarm
 
-RENDER_MODES = ("rgb_array",)
+RENDER_MODES = ("human", "rgb_array")
 
 
-class DroneSwarmParallelEnv(ParallelEnv):
+class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
     """One DroneSwarm instance behind PettingZoo's ParallelEnv API (see module doc)."""
 
     metadata = {"name": "drone_swarm_v0", "render_modes": list(RENDER_MODES),
                 "is_parallelizable": True, "render_fps": 10}
 
     def __init__(self, render_mode: str | None = None, render_size: int = 320,
-                 preset: str = "default", **config: Any) -> None:
+                 preset: str = "default", max_cycles: int | None = None, **config: Any) -> None:
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None or one of {list(RENDER_MODES)}, "
                              f"got {render_mode!r}")
         if isinstance(render_size, bool) or not isinstance(render_size, int) or render_size < 32:
             raise ValueError(f"render_size must be an int >= 32, got {render_size!r}")
+        if max_cycles is not None:
+            if "max_steps" in config:
+                raise ValueError("give max_cycles (PettingZoo's name) or max_steps, not both")
+            config["max_steps"] = max_cycles
         self.render_mode = render_mode
         self.render_size = render_size
+        self._window: _Window | None = None
         self._env = DroneSwarm(num_envs=1, preset=preset, **config)
         self.config = self._env.config
         self.possible_agents = [f"drone_{i}" for i in range(self._env.agents_per_env)]
@@ -64,6 +82,8 @@ class DroneSwarmParallelEnv(ParallelEnv):
         self.observation_spaces = {agent: self._env.single_observation_space
                                    for agent in self.possible_agents}
         self.action_spaces = {agent: self._env.single_action_space for agent in self.possible_agents}
+        self.state_space = self._make_state_space()
+        self._rows = self._env.observations   # the rows state() reads: see step()
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self.observation_spaces[agent]
@@ -81,6 +101,9 @@ class DroneSwarmParallelEnv(ParallelEnv):
         observations, _ = self._env.reset(seed=seed)
         self._env.instance_stats(clear=True)
         self.agents = list(self.possible_agents)
+        self._rows = self._env.observations
+        if self.render_mode == "human":
+            self.render()
         return self._observations(observations), {agent: {} for agent in self.agents}
 
     def step(self, actions: dict[str, np.ndarray]) -> tuple[dict, dict, dict, dict, dict]:
@@ -103,6 +126,7 @@ class DroneSwarmParallelEnv(ParallelEnv):
         _, rewards, terminals, truncations, _ = self._env.step(buffer)
         ended = bool(terminals[0] or truncations[0])  # every drone ends with its instance
         rows = self._env.final_observations if ended else self._env.observations
+        self._rows = rows
         observations = self._observations(rows)
         reward = {agent: float(rewards[i]) for agent, i in self._index.items()}
         terminated = {agent: bool(terminals[i]) for agent, i in self._index.items()}
@@ -115,27 +139,99 @@ class DroneSwarmParallelEnv(ParallelEnv):
                 for agent in self.agents:
                     infos[agent]["episode"] = dict(episode)
             self.agents = []
+        if self.render_mode == "human":
+            self.render()
         return observations, reward, terminated, truncated, infos
 
     def render(self) -> np.ndarray | None:
-        """The current state as an RGB array (render_mode "rgb_array"), else None."""
+        """The current state as an RGB array (render_mode "rgb_array"); shown in
+        a window and None ("human"); None with a warning without a render_mode."""
         if self.render_mode is None:
             logger.warn("render() called without a render_mode; pass render_mode='rgb_array' "
-                        "to drone_swarm.parallel_env")
+                        "(or 'human') to drone_swarm.parallel_env")
             return None
         from .reference import decode_state
         from .render import draw_frame
         state = decode_state(self._env.get_state(0), self.config)
-        return np.asarray(draw_frame(state, self.config, size=self.render_size))
+        frame = np.asarray(draw_frame(state, self.config, size=self.render_size))
+        if self.render_mode == "rgb_array":
+            return frame
+        if self._window is None:
+            self._window = _Window(f"{self.metadata['name']}")
+        self._window.show(frame)
+        return None
+
+    # ---- the global state (PettingZoo's state() / state_space) ----------------------------
+    # What a centralised critic reads. For now the observations of every drone,
+    # concatenated in agent order: bounded in [-1, 1] like each observation, and
+    # what a decentralised swarm knows between them. The env's own normalised
+    # global state (every drone, victim and obstacle; the multi-agent issue)
+    # replaces these two methods and nothing else.
+    def _make_state_space(self) -> spaces.Box:
+        single = self._env.single_observation_space
+        return spaces.Box(np.tile(single.low, len(self.possible_agents)),
+                          np.tile(single.high, len(self.possible_agents)),
+                          dtype=single.dtype)
 
     def state(self) -> np.ndarray:
-        """The instance's exact state (flat float64; layout in the package docstring)."""
+        """The global state now: every drone's observation in agent order, flat
+        float32 (the final ones after the step that ended an episode); an
+        element of state_space. The exact simulator state is exact_state()."""
+        return self._rows.reshape(-1).copy()
+
+    def exact_state(self) -> np.ndarray:
+        """The instance's exact state (flat float64; layout in the package
+        docstring): for debugging and set_state, not for learning."""
         return self._env.get_state(0)
 
     def close(self) -> None:
+        if self._window is not None:
+            self._window.close()
+            self._window = None
         self._env.close()
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state["_window"] = None   # a window belongs to the process that opened it
+        return state
+
+
+class _Window:
+    """A matplotlib window showing frames (render_mode "human")."""
+
+    def __init__(self, title: str) -> None:
+        try:
+            import matplotlib.pyplot as pyplot
+        except ImportError as error:
+            raise ImportError("render_mode='human' shows frames with matplotlib: pip install "
+                              "'peregrine-rl[train]' (or use render_mode='rgb_array')") from error
+        self.pyplot = pyplot
+        self.figure, axes = pyplot.subplots(num=title)
+        axes.set_axis_off()
+        self.image = None
+        self.axes = axes
+
+    def show(self, frame: np.ndarray) -> None:
+        if self.image is None:
+            self.image = self.axes.imshow(frame)
+            self.pyplot.show(block=False)
+        else:
+            self.image.set_data(frame)
+        self.figure.canvas.draw_idle()
+        self.figure.canvas.flush_events()
+
+    def close(self) -> None:
+        self.pyplot.close(self.figure)
 
 
 def parallel_env(render_mode: str | None = None, **config) -> DroneSwarmParallelEnv:
-    """A DroneSwarm ParallelEnv; keywords are DroneSwarm's config fields and `preset`."""
+    """A DroneSwarm ParallelEnv; keywords are DroneSwarm's config fields, `preset`,
+    `render_size` and `max_cycles`."""
     return DroneSwarmParallelEnv(render_mode=render_mode, **config)
+
+
+def env(render_mode: str | None = None, **config):
+    """The AEC version (agents act in turn), as PettingZoo's `env()` is:
+    parallel_to_aec over parallel_env(...), same keywords."""
+    from pettingzoo.utils.conversions import parallel_to_aec
+    return parallel_to_aec(parallel_env(render_mode=render_mode, **config))

@@ -27,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from ..raster import Canvas
 from .reference import decode_state
 
 COLOURS = {
@@ -199,3 +200,26 @@ def rgb_frame(env, instance: int = 0, size: int = 200) -> np.ndarray:
     (the Gymnasium exports' render())."""
     return np.asarray(draw_frame(decode_state(env.get_state(instance), env.config), env.config,
                                  size))
+
+
+AGENT_MARK = (200, 0, 200)
+
+
+def agent_frames(env, instance: int, frame: np.ndarray) -> list[np.ndarray]:
+    """One frame per drone of `instance`: `frame` (its rgb_frame) with that
+    drone ringed in magenta. The Gymnasium vector export gives each sub-env
+    (a drone) its own frame this way, so a vector video shows whose view each
+    tile is rather than the same picture once per drone."""
+    state = decode_state(env.get_state(instance), env.config)
+    size = frame.shape[0]
+    scale = (size - 1) / float(env.config["world_size"])
+    radius = max(4.0, size / 40)
+    frames = []
+    for x, y in zip(state["drones"]["x"], state["drones"]["y"]):
+        marked = frame.copy()
+        # draw_frame's pixel of (x, y) is column x * scale, row (size - 1) - y * scale;
+        # the raster's y runs up from the bottom edge through pixel centres
+        Canvas.wrap(marked).ring(float(x) * scale + 0.5, float(y) * scale + 0.5, radius,
+                                 max(1.5, size / 150), AGENT_MARK)
+        frames.append(marked)
+    return frames

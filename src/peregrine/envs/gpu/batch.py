@@ -44,7 +44,6 @@ from ..native.batch import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, 
 if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
     import torch
 
-THREADS_PER_BLOCK = 128
 ACTION_ERRORS = ("out-of-range discrete action component(s), replaced by 0",
                  "non-finite continuous action component(s), treated as 0")
 
@@ -156,7 +155,12 @@ class _CudaKernels:
         self._refuse_host_pointers(struct_bytes, patched)
         self.env_struct = torch.frombuffer(struct_bytes, dtype=torch.uint8).to(device)
         self.stats_rows = self.device_arrays[arrays.index_of("stats")].view(torch.float64)
-        self.blocks = (host.num_envs + THREADS_PER_BLOCK - 1) // THREADS_PER_BLOCK
+        kernel_max_threads = min(
+            gpu._check(driver.cuFuncGetAttribute(
+                driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel),
+                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel))
+        self.blocks, self.threads = gpu.launch_config(host.num_envs,
+                                                      kernel_max_threads=kernel_max_threads)
         self.push()
 
     def _refuse_host_pointers(self, struct_bytes, patched) -> None:
@@ -183,7 +187,7 @@ class _CudaKernels:
         values = tuple(value for value, _ in args)
         types = tuple(kind for _, kind in args)
         self._check(self.driver.cuLaunchKernel(
-            kernel, self.blocks, 1, 1, THREADS_PER_BLOCK, 1, 1, 0,
+            kernel, self.blocks, 1, 1, self.threads, 1, 1, 0,
             self.driver.CUstream(stream), (values, types), 0), "cuLaunchKernel")
 
     def step(self) -> None:
@@ -237,6 +241,7 @@ class DeviceEnv:
                                  "thread per instance")
         elif self.device.type != "cpu":
             raise ValueError(f"device must be 'cpu', 'cuda' or 'cuda:N', got {device!r}")
+        seed = resolve_seed(seed)
         host = env_class(num_envs=num_envs, seed=seed, num_threads=num_threads, preset=preset,
                          **config)
         self.host = host
@@ -261,18 +266,27 @@ class DeviceEnv:
         self._kernels = kernels(host, arrays, torch, buffers, self.action_errors)
         self._action_dtype = buffers["actions"].dtype
         self._action_shape = tuple(buffers["actions"].shape)
+        self._first_episode_seed: int | None = None
         self.reset(seed)
+        # as NativeEnv: reset() before any step plays the construction seed's first episode
+        self._first_episode_seed = seed
 
     # ---- the loop -------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[torch.Tensor, dict]:
         """Fresh episodes everywhere; with a seed, every instance's stream
-        restarts from (seed, instance). Returns (observations, {})."""
+        restarts from (seed, instance); without one, streams continue (the
+        first reset() before any step restarts them from the construction
+        seed, as NativeEnv.reset does). Returns (observations, {})."""
+        if seed is None:
+            seed = self._first_episode_seed
+        self._first_episode_seed = None
         self._kernels.reset(None if seed is None else resolve_seed(seed))
         return self.observations, {}
 
     def seed_streams(self, seed: int) -> None:
         """Restarts every stream from (seed, instance) without a reset."""
         self._kernels.seed_streams(resolve_seed(seed))
+        self._first_episode_seed = None
 
     def step(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor,
                                                    torch.Tensor, dict]:
@@ -287,6 +301,7 @@ class DeviceEnv:
                     or tuple(actions.shape) != self._action_shape):
                 self._refuse_actions(actions)
             self.actions.copy_(actions)
+        self._first_episode_seed = None
         self._kernels.step()
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 

@@ -70,6 +70,12 @@ def header_path(name: str) -> Path:
     return path
 
 
+def header_names() -> list[str]:
+    """Every env with a C header (NAME/NAME.h under envs/), sorted."""
+    return sorted(path.parent.name for path in ENVS_DIR.glob("*/*.h")
+                  if path.stem == path.parent.name)
+
+
 def kernel_source(name: str) -> str:
     """The whole GPU translation unit: the env header, then the kernels."""
     return f'#include "{name}.h"\n#include "pg_gpu.h"\n'
@@ -99,15 +105,23 @@ def compile_env(name: str, target: str = "ptx", arch: str = CHECK_ARCH) -> bytes
     target: "ptx" (any `compute_XY` or `sm_XY` arch; needs no GPU) or "cubin"
     (an `sm_XY` arch). Raises GpuCompileError with NVRTC's log on failure.
     """
+    return compile_source(name, kernel_source(name), target, arch)[0]
+
+
+def compile_source(name: str, source: str, target: str = "ptx", arch: str = CHECK_ARCH,
+                   extra_options: tuple[str, ...] = ()) -> tuple[bytes, str]:
+    """Compiles `source` (a translation unit that includes env `name`'s header)
+    with the GPU build's options plus `extra_options` (e.g. "--ptxas-options=-v",
+    whose report lands in the log). Returns (code, NVRTC's log)."""
     if target not in ("ptx", "cubin"):
         raise ValueError(f"target must be 'ptx' or 'cubin', got {target!r}")
     header_path(name)
     nvrtc = _nvrtc()
-    program = _check(nvrtc.nvrtcCreateProgram(kernel_source(name).encode(),
-                                              f"{name}_gpu.cu".encode(), 0, [], []),
+    program = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}_gpu.cu".encode(), 0,
+                                              [], []),
                      "nvrtcCreateProgram")
     try:
-        options = [f"--gpu-architecture={arch}", *OPTIONS,
+        options = [f"--gpu-architecture={arch}", *OPTIONS, *extra_options,
                    *(f"--include-path={path}" for path in _include_dirs(name))]
         status, = nvrtc.nvrtcCompileProgram(program, len(options),
                                             [o.encode() for o in options])
@@ -128,9 +142,48 @@ def compile_env(name: str, target: str = "ptx", arch: str = CHECK_ARCH) -> bytes
             size = _check(nvrtc.nvrtcGetCUBINSize(program), "nvrtcGetCUBINSize")
             code = bytearray(size)
             _check(nvrtc.nvrtcGetCUBIN(program, code), "nvrtcGetCUBIN")
-        return bytes(code)
+        return bytes(code), log_text
     finally:
         nvrtc.nvrtcDestroyProgram(program)
+
+
+# ---- launch configuration ----------------------------------------------------------
+# One thread per instance in 1-D blocks. The CUDA limits every GPU since compute
+# capability 3.0 has (the programming guide's "technical specifications" table): at
+# most 1024 threads per block, at most 2**31 - 1 blocks in x, and a warp of 32.
+THREADS_PER_BLOCK = 128
+CUDA_MAX_THREADS_PER_BLOCK = 1024
+CUDA_MAX_GRID_X = 2 ** 31 - 1
+CUDA_WARP_SIZE = 32
+# The kernels index instances with an int (PgBatch.num_envs and env_step's range).
+MAX_INSTANCES = 2 ** 31 - 1
+
+
+def launch_config(num_envs: int, threads_per_block: int = THREADS_PER_BLOCK,
+                  kernel_max_threads: int = CUDA_MAX_THREADS_PER_BLOCK) -> tuple[int, int]:
+    """(blocks, threads per block) that give every instance of a batch of
+    `num_envs` exactly one thread. `kernel_max_threads` is the compiled
+    kernel's own ceiling (CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: registers can
+    lower it below 1024). The kernels compute the thread index in 64 bits and
+    return past `num_envs`, so the last block's spare threads do nothing."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or \
+            not 1 <= num_envs <= MAX_INSTANCES:
+        raise ValueError(f"num_envs must be an int in [1, {MAX_INSTANCES}] (the kernels' "
+                         f"instance index is an int), got {num_envs!r}")
+    if not (CUDA_WARP_SIZE <= threads_per_block <= CUDA_MAX_THREADS_PER_BLOCK
+            and threads_per_block % CUDA_WARP_SIZE == 0):
+        raise ValueError(f"threads_per_block must be a multiple of {CUDA_WARP_SIZE} in "
+                         f"[{CUDA_WARP_SIZE}, {CUDA_MAX_THREADS_PER_BLOCK}], got "
+                         f"{threads_per_block!r}")
+    if threads_per_block > kernel_max_threads:
+        raise RuntimeError(f"the kernel can run at most {kernel_max_threads} threads per block "
+                           f"(its register use), fewer than the {threads_per_block} it is "
+                           f"launched with")
+    blocks = -(-num_envs // threads_per_block)
+    if blocks > CUDA_MAX_GRID_X:             # cannot happen for an int num_envs; kept honest
+        raise ValueError(f"{num_envs} instances need {blocks} blocks, over CUDA's "
+                         f"{CUDA_MAX_GRID_X}")
+    return blocks, threads_per_block
 
 
 def cache_dir() -> Path:

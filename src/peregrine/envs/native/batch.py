@@ -20,6 +20,7 @@ the reset replaced it in `observations`; bootstrap truncated rows from it.
 """
 from __future__ import annotations
 
+import copy
 import os
 from dataclasses import dataclass, field
 from types import ModuleType
@@ -145,6 +146,31 @@ class Buffers:
         return cls(**{name: given[name] for name in BUFFER_NAMES})
 
 
+class UnknownKeywordError(TypeError, ValueError):
+    """A keyword argument that is not a config field (nor another argument).
+
+    A TypeError, as Python raises for any unexpected keyword: callers that pass
+    optional keywords and retry without them on that TypeError (TorchRL's
+    GymEnv with `frameskip`, SB3's make_vec_env with `render_mode`) work; and a
+    ValueError, as Peregrine's other config errors are, so code that catches
+    those keeps working. The message starts as Python's does ("got an
+    unexpected keyword argument 'name'"), which is what such callers match.
+    """
+
+
+class IndependentCopies:
+    """copy.copy makes an independent copy, the same as copy.deepcopy.
+
+    For the adapters that hold a native batch (the Gymnasium and PettingZoo
+    views): a shallow copy would share the batch, so closing the copy would
+    close the original. The batch itself copies and pickles by construction
+    arguments and state (NativeEnv.__reduce__).
+    """
+
+    def __copy__(self):
+        return copy.deepcopy(self)
+
+
 def physical_memory() -> int:
     """Bytes of RAM on this machine (a very large number where unknown)."""
     try:
@@ -226,7 +252,13 @@ class NativeEnv:
             b.final_observations, b.actions, b.rewards, b.terminals, b.truncations, b.masks)
         self.num_threads = int(num_threads)
         self._stat_names = self.native_module.stat_names()
-        self.reset(seed=resolve_seed(seed))
+        self._seed = resolve_seed(seed)
+        self._first_episode_seed: int | None = None
+        self.reset(seed=self._seed)
+        # Until the streams move on, reset() without a seed starts this same first
+        # episode again: make(seed=s) then reset() plays seed s's first episode, as
+        # reset(seed=s) does (the README's and Gymnasium's make-then-reset pattern).
+        self._first_episode_seed = self._seed
 
     # ---- configuration -------------------------------------------------
     @classmethod
@@ -247,10 +279,13 @@ class NativeEnv:
         if preset not in cls.presets:
             raise ValueError(f"unknown preset {preset!r} for {cls.name}; "
                              f"choose one of {sorted(cls.presets)}")
-        unknown = sorted(set(overrides) - set(cls.config_field_names()))
+        fields = cls.config_field_names()
+        unknown = [key for key in overrides if key not in fields]
         if unknown:
-            raise ValueError(f"unknown config field(s) {unknown} for {cls.name}; "
-                             f"valid fields: {cls.config_field_names()}")
+            others = f" (and {unknown[1:]})" if len(unknown) > 1 else ""
+            raise UnknownKeywordError(
+                f"{cls.__name__}() got an unexpected keyword argument {unknown[0]!r}{others}: "
+                f"unknown config field for {cls.name}; valid fields: {fields}")
         return {**cls.presets[preset], **overrides}
 
     @classmethod
@@ -300,9 +335,14 @@ class NativeEnv:
         """Starts fresh episodes in every instance.
 
         With a seed, every instance restarts its own stream derived from
-        (seed, instance index); without one, streams continue.
+        (seed, instance index); without one, streams continue, except that a
+        reset() before any step restarts them from the construction seed, so
+        make(seed=s) then reset() plays seed s's first episode.
         Returns (observations, infos) where infos is an empty dict.
         """
+        if seed is None:
+            seed = self._first_episode_seed
+        self._first_episode_seed = None
         if seed is not None:
             self._batch.seed(resolve_seed(seed))
         self._batch.reset()
@@ -318,6 +358,7 @@ class NativeEnv:
         Returns (observations, infos) like reset().
         """
         mask = self._instance_mask("mask", mask)
+        self._first_episode_seed = None
         if seeds is not None:
             seeds = list(seeds)
             if len(seeds) != self.num_envs:
@@ -342,6 +383,7 @@ class NativeEnv:
         """Restarts every instance's random stream from (seed, instance index)
         without resetting any episode (exact resume uses this)."""
         self._batch.seed(resolve_seed(seed))
+        self._first_episode_seed = None
 
     def step(self, actions: np.ndarray, hold: np.ndarray | None = None) -> StepResult:
         """Steps every instance with `actions` (one row per agent).
@@ -358,6 +400,7 @@ class NativeEnv:
         if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
                 or actions.shape != self._action_shape):
             self._refuse_actions(actions)
+        self._first_episode_seed = None   # auto-resets draw from the streams from now on
         if hold is not None:
             self._batch.step(actions, self._instance_mask("hold", hold))
         else:
@@ -401,6 +444,34 @@ class NativeEnv:
         """Overwrites one instance's state; its observation rows are rewritten."""
         self._batch.set_state(instance, [float(v) for v in np.asarray(state).ravel()])
 
+    # ---- copies and pickles ------------------------------------------------------
+    def __reduce__(self):
+        """Pickling (pickle, cloudpickle, multiprocessing) and copy.copy /
+        copy.deepcopy all rebuild the env from its construction arguments
+        (class, num_envs, num_threads, the resolved config; any preset is
+        already in it) in a new C batch of its own, and carry over what makes it
+        go on exactly as the original would: every instance's exact state
+        (get_state/set_state: positions, step counters, the running episode's
+        accumulated return and the like), every instance's place in its random
+        stream, and the contents of the seven row buffers (observations,
+        final_observations, last actions, rewards, flags, masks).
+
+        Not carried: the episode statistics finished but not yet read
+        (episode_stats() of the copy starts empty), caller-owned `buffers=`
+        (the copy allocates its own), and attributes set on the instance after
+        construction. A copy is independent: closing or stepping either leaves
+        the other as it was. A closed env cannot be copied (RuntimeError).
+        """
+        arguments = {"num_envs": self.num_envs, "num_threads": self.num_threads, **self.config}
+        snapshot = {
+            "seed": self._seed,
+            "states": [self._batch.get_state(i) for i in range(self.num_envs)],
+            "rng_states": self._batch.rng_states(),
+            "buffers": {name: getattr(self.buffers, name).copy() for name in BUFFER_NAMES},
+            "first_episode_seed": self._first_episode_seed,
+        }
+        return _rebuild, (type(self), arguments, snapshot)
+
     # ---- lifetime -------------------------------------------------------------
     def close(self) -> None:
         """Stops the step threads and releases the buffers; idempotent. Any later
@@ -420,3 +491,19 @@ class NativeEnv:
     def __repr__(self):
         return (f"{type(self).__name__}(num_envs={self.num_envs}, agents_per_env="
                 f"{self.agents_per_env}, num_threads={self.num_threads})")
+
+
+def _rebuild(cls: type[NativeEnv], arguments: dict, snapshot: dict) -> NativeEnv:
+    """A new batch in the state a pickled or copied env was in (see NativeEnv.__reduce__)."""
+    env = cls(seed=snapshot["seed"], **arguments)
+    try:
+        for instance, state in enumerate(snapshot["states"]):
+            env._batch.set_state(instance, state)
+        env._batch.set_rng_states(np.frombuffer(snapshot["rng_states"], np.uint64))
+        for name, values in snapshot["buffers"].items():
+            getattr(env.buffers, name)[...] = values
+        env._first_episode_seed = snapshot["first_episode_seed"]
+    except Exception:
+        env.close()
+        raise
+    return env

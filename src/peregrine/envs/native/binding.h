@@ -64,6 +64,7 @@ static const PgConfigField pg_config_fields[] = {ENV_CONFIG(PG_CONFIG_ROW)};
 static const char *pg_stat_names[] = {ENV_STATS(PG_STAT_ROW)};
 #undef PG_STAT_ROW
 #define PG_NUM_STATS ((int)(sizeof(pg_stat_names) / sizeof(pg_stat_names[0])))
+_Static_assert(PG_NUM_STATS <= PG_MAX_STATS, "ENV_STATS lists more statistics than PG_MAX_STATS (pg_env.h)");
 
 #define PG_MAX_THREADS 256
 #define PG_MAX_NUM_ENVS (1 << 26) /* instances per batch; rows = num_envs * agents fit in int */
@@ -600,6 +601,37 @@ static PyObject *pg_batch_seed_instance(PgBatchObject *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+/* rng_states(): every instance's position in its random stream (uint64
+ * [num_envs], as bytes); set_rng_states(array) puts such positions back. With
+ * get_state/set_state they let a new batch go on exactly as this one would
+ * (copies and pickles of a NativeEnv). */
+static int pg_check_idle(PgBatchObject *self) {
+    if (pg_check_ready(self)) return -1;
+    if (atomic_load(&self->busy)) {
+        PyErr_SetString(PyExc_RuntimeError,
+                        "Batch is stepping in another thread; use one env per thread");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *pg_batch_rng_states(PgBatchObject *self, PyObject *Py_UNUSED(ignored)) {
+    if (pg_check_idle(self)) return NULL;
+    return PyBytes_FromStringAndSize((const char *)self->env->pg.rng,
+                                     (Py_ssize_t)self->env->pg.num_envs *
+                                         (Py_ssize_t)sizeof(uint64_t));
+}
+
+static PyObject *pg_batch_set_rng_states(PgBatchObject *self, PyObject *arg) {
+    if (pg_check_idle(self)) return NULL;
+    Py_buffer view;
+    if (pg_get_buffer(arg, &view, "rng_states", 'Q', self->env->pg.num_envs, 0) != 0)
+        return NULL;
+    memcpy(self->env->pg.rng, view.buf, (size_t)view.len);
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 /* Clears rewards and flags (and, for a reset, final observations) of the
  * rows of every instance whose byte in `selection` is nonzero exactly when
  * `selected` is; all rows when selection is NULL. */
@@ -869,6 +901,10 @@ static PyMethodDef pg_batch_methods[] = {
      "Per-instance statistic rows as float64 bytes; clears by default."},
     {"get_state", (PyCFunction)pg_batch_get_state, METH_VARARGS, "State of one instance."},
     {"set_state", (PyCFunction)pg_batch_set_state, METH_VARARGS, "Overwrite one instance."},
+    {"rng_states", (PyCFunction)pg_batch_rng_states, METH_NOARGS,
+     "Every instance's random stream position (uint64 [num_envs] as bytes)."},
+    {"set_rng_states", (PyCFunction)pg_batch_set_rng_states, METH_O,
+     "Restore the positions rng_states returned (a uint64 [num_envs] array)."},
     {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
     {"repair_actions", (PyCFunction)pg_batch_repair_actions, METH_O,
      "Repair and count bad actions as the device batches do (errors: uint64 [2])."},

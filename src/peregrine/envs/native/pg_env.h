@@ -99,6 +99,16 @@ typedef unsigned long long uint64_t;
 #define PG_TABLE static const
 #endif
 
+/* PG_GPU_STACK(max_bytes, "why"): a header whose GPU step kernel needs a
+ * per-thread local-memory stack (arrays indexed at run time) declares it here,
+ * with a ceiling and the reason. ptxas' report is checked against it for sm_90
+ * (envs/gpu/audit.py, tests/test_gpu_build.py): a step kernel with a stack
+ * and no declaration, over its ceiling, or with any register spill fails.
+ * Local memory is as slow as global memory and is reserved for every resident
+ * thread, so small constant-indexed arrays (registers) are the rule. Expands to
+ * nothing; write it at file scope, without a semicolon. */
+#define PG_GPU_STACK(max_bytes, why)
+
 #define PG_ACTION_DISCRETE 0      /* int32 [rows]            */
 #define PG_ACTION_MULTIDISCRETE 1 /* int32 [rows, action_dim] */
 #define PG_ACTION_CONTINUOUS 2    /* float32 [rows, action_dim] */
@@ -242,11 +252,27 @@ PG_DEVICE static inline float pg_clampf(float x, float lo, float hi) {
  * Per instance: [count, sum_0..sum_{k-1}, sumsq_0..sumsq_{k-1}]. Per-instance
  * rows make the aggregate independent of how instances were split across
  * threads; the binding reduces them in instance order. */
+#define PG_MAX_STATS 16 /* statistics per env (binding.h checks ENV_STATS against it) */
+
+/* PG_UNROLL: unroll the next loop fully in the GPU build (a loop with a
+ * constant bound over a small array lets the array live in registers instead
+ * of the thread's local-memory stack); nothing in the CPU build. */
+#ifdef PG_GPU
+#define PG_UNROLL _Pragma("unroll")
+#else
+#define PG_UNROLL
+#endif
+
 PG_DEVICE static inline void pg_stats_record(PgBatch *pg, int instance, const double *values) {
     int k = pg->num_stats;
     double *row = pg->stats + (size_t)instance * (size_t)(1 + 2 * k);
     row[0] += 1.0;
-    for (int s = 0; s < k; s++) {
+    /* Bounded by the constant PG_MAX_STATS, so that the GPU build unrolls it and
+     * the caller's values[] stays in registers (a bound of k alone would index
+     * the array at run time and put it on the stack: ptxas' report, checked by
+     * tests/test_gpu_build.py). */
+    PG_UNROLL
+    for (int s = 0; s < PG_MAX_STATS && s < k; s++) {
         row[1 + s] += values[s];
         row[1 + k + s] += values[s] * values[s];
     }

@@ -13,11 +13,22 @@
 #ifndef PEREGRINE_PG_GPU_H
 #define PEREGRINE_PG_GPU_H
 
+/* This thread's instance, in 64 bits. blockIdx.x * blockDim.x is an unsigned
+ * 32-bit product that wraps past 2^32 threads, and an int cast of it goes
+ * negative past 2^31 - 1, where a negative index would pass a `>= num_envs`
+ * test. compiler.launch_config keeps today's launches below both (one thread per
+ * instance, at most 2^31 - 1 instances, 128-thread blocks); the 64-bit index
+ * keeps the guard right for any grid. */
+__device__ static inline unsigned long long pg_thread_index(void) {
+    return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+}
+
 /* One step of every instance: bad actions repaired and counted first
  * (pg_repair_actions), then the env's own step, auto-reset included. */
 extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
-    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= env->pg.num_envs) return;
+    const unsigned long long thread = pg_thread_index();
+    if (thread >= (unsigned long long)env->pg.num_envs) return;
+    const int i = (int)thread; /* < num_envs, an int */
     pg_repair_actions(&env->pg, i, errors);
     env_step(env, i, i + 1);
 }
@@ -25,8 +36,9 @@ extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
 /* Fresh episodes everywhere, as the CPU batch's reset: with `reseed`, every
  * instance's stream restarts from (seed, instance) first. */
 extern "C" __global__ void pg_reset(Env *env, unsigned long long seed, int reseed) {
-    const int i = (int)(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i >= env->pg.num_envs) return;
+    const unsigned long long thread = pg_thread_index();
+    if (thread >= (unsigned long long)env->pg.num_envs) return;
+    const int i = (int)thread;
     if (reseed) env->pg.rng[i] = pg_seed_instance(seed, (uint64_t)i);
     pg_clear_instance(&env->pg, i, 1);
     env_reset(env, i, i + 1);

@@ -27,6 +27,11 @@
 
 #include "pg_env.h"
 
+/* The GPU step's observation pass keeps the nearest scanned asteroid's distance
+ * and index per ore type (4 + 4 values), indexed by each asteroid's ore at run
+ * time: 32 bytes of stack at sm_90. */
+PG_GPU_STACK(64, "nearest asteroid per ore type, indexed by ore at run time")
+
 /* ---- sizes (frozen by the interface) -------------------------------------- */
 #define PR_ASTEROIDS 12
 #define PR_STATIONS 4
