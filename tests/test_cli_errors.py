@@ -46,7 +46,7 @@ def test_ctrl_c_in_a_command_exits_130_without_a_traceback(monkeypatch, capsys):
 
 def test_a_missing_module_that_is_no_extra_is_a_real_error(monkeypatch, capsys):
     def run(args):
-        import peregrine_test_no_such_module  # noqa: F401
+        __import__("peregrine_test_no_such_module")
     fake_command(monkeypatch, "peregrine_test_bug", run)
     with pytest.raises(ModuleNotFoundError, match="peregrine_test_no_such_module"):
         cli_main(["fake"])

@@ -58,7 +58,7 @@ def test_actions_as_a_column_are_accepted_for_a_discrete_env():
 
 
 def test_a_checkpoint_that_fails_to_build_is_a_value_error_naming_it(tmp_path):
-    torch = pytest.importorskip("torch")  # noqa: F841 - the trainer writes the checkpoint
+    pytest.importorskip("torch")          # the trainer writes the checkpoint
     from peregrine.train import checkpoint
     from peregrine.train.config import load_config
     from peregrine.train.ppo import Trainer
