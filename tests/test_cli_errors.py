@@ -135,6 +135,31 @@ def test_monitor_mode_starts_the_dashboard_and_waits_for_it(tmp_path, capfd):
     assert "FINISHED" in out                   # ... and drew the final state before exiting
 
 
+def test_nproc_must_be_an_int_or_auto(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        cli_main(["train", "cartpole", "--nproc", "two"])
+    assert exit_info.value.code == 2
+    assert "must be an int or 'auto', got 'two'" in capsys.readouterr().err
+
+
+def test_nproc_auto_inside_torchrun_is_refused(monkeypatch, capsys):
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    assert cli_main(["train", "cartpole", "--nproc", "auto"]) == 2
+    assert "--nproc cannot be used inside torchrun" in capsys.readouterr().err
+
+
+def test_nproc_auto_resumes_with_the_checkpoints_world_size(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    small = ["--train.total-steps", "128", "--vec.num-envs", "4", "--train.horizon", "16"]
+    assert cli_main(["train", "cartpole", "--detach", "--run-dir", str(run_dir), *small]) == 0
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(run_dir), "--nproc", "auto", "--detach",
+                     "--train.total-steps", "256"]) == 0
+    out = capsys.readouterr().out
+    assert "--nproc auto: 1 rank(s), as the checkpoint was written" in out
+    assert "finished: 256 steps" in out        # one rank, in this process
+
+
 class FakeProcess:
     """Popen's wait/terminate/kill as a dashboard that ignores what it is told `ignore` times."""
 
