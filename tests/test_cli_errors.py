@@ -307,9 +307,9 @@ def test_a_file_that_is_not_a_metrics_file_is_not_a_run(tmp_path, capsys):
 def test_ctrl_c_while_waiting_for_a_run_detaches(tmp_path, monkeypatch, capsys):
     from peregrine.cli import monitor as monitor_cli
 
-    def interrupted(seconds):
+    def interrupted(run_dir):          # Ctrl-C arrives while it polls for the file
         raise KeyboardInterrupt
-    monkeypatch.setattr(monitor_cli.time, "sleep", interrupted)
+    monkeypatch.setattr(monitor_cli, "MetricsReader", interrupted)
     code, _, err = monitor(capsys, tmp_path / "not-started-yet")
     assert code == 0 and "peregrine monitor: detached" in err
 
