@@ -118,10 +118,15 @@ def test_nproc_below_one_and_nproc_inside_torchrun_are_refused(monkeypatch, caps
 def test_nproc_runs_the_same_command_without_nproc_in_each_rank(monkeypatch, nproc):
     from peregrine.train import distributed
     started = []
-    monkeypatch.setattr(distributed, "launch", lambda count, argv: started.append((count, argv)) or 0)
+    monkeypatch.setattr(distributed, "launch", lambda count, argv, max_restarts=0:
+                        started.append((count, argv, max_restarts)) or 0)
     argv = ["train", "cartpole", *nproc, "--detach", "--train.horizon", "16", "--seed=4"]
     assert cli_main(argv) == 0
-    assert started == [(3, ["cartpole", "--detach", "--train.horizon", "16", "--seed=4"])]
+    [(count, rank_argv, max_restarts)] = started
+    assert (count, max_restarts) == (3, 0)
+    # the run directory is named once, by the launcher, so restarted ranks find it again
+    assert rank_argv[:5] == ["cartpole", "--detach", "--train.horizon", "16", "--seed=4"]
+    assert rank_argv[5] == "--run-dir" and "cartpole-" in rank_argv[6] and len(rank_argv) == 7
 
 
 def test_monitor_mode_starts_the_dashboard_and_waits_for_it(tmp_path, capfd):
