@@ -269,13 +269,52 @@ static void *pg_worker_main(void *raw) {
     }
 }
 
+/* Starts the pool's worker threads (lanes 1..num_threads-1; the caller is lane
+ * 0). -1 if one cannot be created: those already started keep running, and the
+ * pool works with them. */
+static int pg_pool_start_threads(PgPool *pool) {
+    for (int i = 1; i < pool->num_threads; i++) {
+        PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
+        if (!arg) return -1;
+        arg->pool = pool;
+        arg->lane = i;
+        if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
+            free(arg);
+            return -1;
+        }
+        pool->started++;
+    }
+    return 0;
+}
+
+/* fork() copies the pool into the child without its threads, and possibly with
+ * the mutex held or a worker counted as waiting on the condition variable (the
+ * state they were in at the fork): destroying or waiting on those in the child
+ * hangs. So a child never touches the inherited ones. Its first op adopts the
+ * pool: fresh mutex and condition variable, counters from zero, and threads of
+ * its own (serial if they cannot be created); a child that never steps frees
+ * the pool's memory without destroying anything (pg_batch_release). */
+static void pg_pool_adopt(PgPool *pool) {
+    pthread_mutex_init(&pool->mutex, NULL);
+    pthread_cond_init(&pool->cond, NULL);
+    atomic_store(&pool->generation, 0);
+    atomic_store(&pool->sleepers, 0);
+    atomic_store(&pool->stop, 0);
+    atomic_store(&pool->chunks_done, 0);
+    for (int lane = 0; lane < PG_MAX_THREADS; lane++) atomic_store(&pool->lanes[lane].ticket, 0);
+    pool->started = 0;
+    pool->owner_pid = getpid();
+    pg_pool_start_threads(pool);
+}
+
 /* Runs op over the instances `selection` covers (all when NULL); called with
  * the GIL released. */
 static void pg_pool_run(PgPool *pool, int op, const uint8_t *selection, int selected) {
     pool->op = op;
     pool->selection = selection;
     pool->selected = selected;
-    if (pool->started == 0 || pool->owner_pid != getpid()) {
+    if (pool->owner_pid != getpid()) pg_pool_adopt(pool); /* first op after a fork */
+    if (pool->started == 0) {
         pg_run_range(pool, 0, pool->num_envs);
         return;
     }
@@ -290,6 +329,8 @@ static void pg_pool_run(PgPool *pool, int op, const uint8_t *selection, int sele
         pthread_mutex_unlock(&pool->mutex);
     }
     pg_work(pool, gen, 0);
+    /* Lanes without a thread (one that could not be created) are finished by
+     * pg_work's stealing above; every chunk is counted either way. */
     int total_chunks = pool->num_threads * PG_CHUNKS_PER_LANE;
     double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
     int spins = 0;
@@ -313,29 +354,26 @@ static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) 
     pool->chunk_size = per;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->cond, NULL);
-    for (int i = 1; i < num_threads; i++) {
-        PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
-        if (!arg) return -1;
-        arg->pool = pool;
-        arg->lane = i;
-        if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
-            free(arg);
-            return -1;
-        }
-        pool->started++;
-    }
-    return 0;
+    return pg_pool_start_threads(pool);
 }
 
-static void pg_pool_stop(PgPool *pool) {
-    if (pool->owner_pid == getpid() && pool->started > 0) {
-        pthread_mutex_lock(&pool->mutex);
-        atomic_store(&pool->stop, 1);
-        pthread_cond_broadcast(&pool->cond);
-        pthread_mutex_unlock(&pool->mutex);
-        for (int i = 0; i < pool->started; i++) pthread_join(pool->threads[i], NULL);
+/* Stops and joins the threads and frees the pool. In a forked child that never
+ * adopted the pool, the threads and primitives belong to the parent: only the
+ * memory is freed. */
+static void pg_pool_free(PgPool *pool) {
+    if (pool->owner_pid == getpid()) {
+        if (pool->started > 0) {
+            pthread_mutex_lock(&pool->mutex);
+            atomic_store(&pool->stop, 1);
+            pthread_cond_broadcast(&pool->cond);
+            pthread_mutex_unlock(&pool->mutex);
+            for (int i = 0; i < pool->started; i++) pthread_join(pool->threads[i], NULL);
+        }
+        pthread_mutex_destroy(&pool->mutex);
+        pthread_cond_destroy(&pool->cond);
     }
     pool->started = 0;
+    free(pool);
 }
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -459,10 +497,7 @@ static Env *pg_env_new(const double *config, int num_envs) {
 
 static void pg_batch_release(PgBatchObject *self) {
     if (self->pool) {
-        pg_pool_stop(self->pool);
-        pthread_mutex_destroy(&self->pool->mutex);
-        pthread_cond_destroy(&self->pool->cond);
-        free(self->pool);
+        pg_pool_free(self->pool);
         self->pool = NULL;
     }
     if (self->env) {
