@@ -34,6 +34,8 @@ def fuzz_config(name, config, rng, steps=40):
     except ValueError:
         return 0
     with env:
+        if env.state_dim and rng.random() < 0.5:   # the global state's writes too
+            env.enable_states()
         for step in range(steps):
             hold = rng.random(env.num_envs) < 0.3 if step % 2 else None
             obs, rewards, terminals, truncations, _ = env.step(hostile_actions(env, rng, step),
@@ -44,6 +46,8 @@ def fuzz_config(name, config, rng, steps=40):
             if env.observations.dtype == np.float32:
                 assert np.isfinite(obs).all(), (name, config, "non-finite observation")
             assert np.isfinite(rewards).all(), (name, config, "non-finite reward")
+            if env.states is not None:
+                assert (np.abs(env.states) <= 1).all(), (name, config, "state out of [-1, 1]")
         env.episode_stats()
         if env.actions.dtype == np.int32:  # the C binding itself must refuse these
             for bad in (-1, 2**31 - 1, -2**31):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import textwrap
 import threading
 import time
 
@@ -28,7 +29,7 @@ import peregrine
 import peregrine.vector as pv
 from peregrine.cli import main as cli_main
 from peregrine.envs.native import batch as native_env
-from test_vector_helpers import pid_alive, shm_segments
+from test_vector_helpers import pid_alive, record_segments, shm_segments
 
 pytestmark = pytest.mark.timeout(120)  # a hang fails the test instead of the suite
 
@@ -87,11 +88,12 @@ def test_negative_non_integer_or_huge_num_envs_is_refused_before_allocating(num_
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
 @pytest.mark.parametrize("name", ["num_envs", "num_workers", "num_threads"])
 @pytest.mark.parametrize("value", [-1, 2.0, "4"])
-def test_vector_backends_refuse_negative_or_non_integer_counts(backend, name, value):
-    before = shm_segments()
+def test_vector_backends_refuse_negative_or_non_integer_counts(backend, name, value,
+                                                              monkeypatch):
+    ours = record_segments(monkeypatch)
     with pytest.raises(ValueError, match=f"{name} must be an int >= 1, got {value!r}"):
         pv.make("cartpole", backend=backend, **{"num_envs": 4, name: value})
-    assert shm_segments() == before
+    assert not ours & shm_segments()
 
 
 @pytest.mark.parametrize("num_threads", [-1, 257, 10**6])
@@ -336,7 +338,8 @@ def test_resume_with_another_policy_config_is_refused(tmp_path, capsys):
     capsys.readouterr()
     assert cli_main(["train", "--resume", str(run), "--policy.hidden-size", "32"]) == 2
     err = capsys.readouterr().err
-    assert "does not fit this run's [policy] config" in err and "Traceback" not in err
+    assert "cannot change policy.hidden_size (64 in the checkpoint, 32 now)" in err, err
+    assert "Traceback" not in err
 
 
 def test_resume_with_another_envs_checkpoint_is_refused(tmp_path, capsys):
@@ -403,3 +406,318 @@ def test_monitor_given_some_other_file_says_so(tmp_path, capsys):
     assert cli_main(["monitor", str(other), "--once"]) == 1
     err = capsys.readouterr().err
     assert "is a file, not a run directory or its metrics.bin" in err and "Traceback" not in err
+
+
+# ---- issue 25: values an emulated env must not get away with ----------------------------------
+
+class _Strict(gymnasium.Env):
+    """A Box(4) env; the instance reset with a nonzero seed (env 1 of a vector env
+    seeded 0) returns `bad` for the field named by `what` from its first step."""
+    observation_space = spaces.Box(-5, 5, (4,), np.float32)
+    action_space = spaces.Discrete(2)
+    what, bad = "observation", None
+
+    def reset(self, *, seed=None, options=None):
+        if seed is not None:
+            self.broken = seed != 0
+        return np.zeros(4, np.float32), {}
+
+    def step(self, action):
+        result = [np.zeros(4, np.float32), 1.0, False, False, {}]
+        if getattr(self, "broken", False):
+            result[("observation", "reward", "terminated", "truncated").index(self.what)] = self.bad
+        return tuple(result)
+
+
+def _strict(what, bad):
+    return type(f"Strict_{what}", (_Strict,), {"what": what, "bad": bad})
+
+
+STRICT_CASES = [
+    ("observation", np.float32(1.0), r"env 1 returned an observation of shape \(\) that does not "
+                                     r"fit its observation_space"),
+    ("observation", np.ones(1, np.float32), r"env 1 returned an observation of shape \(1,\)"),
+    ("observation", np.ones((4, 1), np.float32), r"env 1 returned an observation of shape \(4, 1\)"),
+    ("reward", float("nan"), "env 1 returned a reward that is not a finite number: nan"),
+    ("reward", np.float32("inf"), "env 1 returned a reward that is not a finite number: inf"),
+    ("reward", "3", "env 1 returned a reward that is not a number: '3'"),
+    ("reward", None, "env 1 returned a reward that is not a number: None"),
+    ("terminated", "no", "env 1 returned terminated = 'no', which is not a bool"),
+    ("truncated", 1, "env 1 returned truncated = 1, which is not a bool"),
+]
+
+
+@pytest.mark.parametrize("what, bad, message", STRICT_CASES,
+                         ids=[f"{w}-{b!r}" for w, b, _ in STRICT_CASES])
+def test_emulated_values_are_checked_alike_on_serial_and_multiprocessing(what, bad, message):
+    """No broadcasting of a scalar or size-1 observation into a Box(4), no NaN/inf or
+    non-numeric reward, no flag that is not a bool: the same message, naming the env,
+    on both backends; the well-behaved env 0 never trips it."""
+    env_class = _strict(what, bad)
+    actions = np.zeros(2, np.int64)
+    with pv.make(env_class, backend="serial", num_envs=2, num_workers=2, seed=0) as env:
+        with pytest.raises(ValueError, match=message):
+            env.step(actions)
+    with pv.make(env_class, backend="multiprocessing", num_envs=2, num_workers=1,
+                 seed=0) as env:
+        with pytest.raises(pv.WorkerError, match=f"(?s)worker 0.*{message}"):
+            env.step(actions)
+
+
+def test_numpy_scalars_and_bools_are_still_accepted():
+    class Fine(_Strict):
+        def step(self, action):
+            return (np.ones(4, np.float64).tolist(), np.float64(0.5), np.bool_(False),
+                    False, {})
+    with pv.make(Fine, backend="serial", num_envs=2, seed=0) as env:
+        _, rewards, *_ = env.step(np.zeros(2, np.int64))
+        assert rewards.tolist() == [0.5, 0.5]
+        assert env.observations.tolist() == [[1.0] * 4] * 2
+
+
+def test_pettingzoo_rewards_and_flags_are_checked_per_agent():
+    from test_vector_helpers import Squad
+
+    class BadSquad(Squad):
+        def step(self, actions):
+            observations, rewards, terminations, truncations, infos = super().step(actions)
+            rewards["a1"] = float("nan")
+            return observations, rewards, terminations, truncations, infos
+
+    with pv.make(BadSquad, backend="serial", num_envs=1) as env:
+        with pytest.raises(ValueError, match="env 0 returned a reward for agent 'a1' that is "
+                                             "not a finite number: nan"):
+            env.step(np.zeros(3, np.int64))
+
+
+# ---- issue 25: processes that outlive their parent --------------------------------------------
+
+_STUCK_PARENT = textwrap.dedent("""
+    import sys, time
+    sys.path[:0] = [{src!r}, {tests!r}]
+    import numpy as np
+    import peregrine.vector as pv
+    from test_adversarial import HangingEnv
+
+    if __name__ == "__main__":
+        env = pv.make(HangingEnv, backend="multiprocessing", num_envs=2, num_workers=2)
+        names = [env._resources.shm.name] + [w.wake._semlock.name for w in env._workers]
+        print(" ".join(map(str, env.worker_pids)), " ".join(n.lstrip("/") for n in names),
+              flush=True)
+        actions = np.zeros(2, env.single_action_space.dtype)
+        while True:
+            env.step(actions)      # the third step never returns
+""")
+
+
+def _dev_shm(name):
+    return os.path.exists(f"/dev/shm/{name}") or os.path.exists(f"/dev/shm/sem.{name}")
+
+
+def test_workers_stuck_in_step_die_with_a_killed_parent_and_leave_nothing(tmp_path):
+    import subprocess
+    import sys
+    script = tmp_path / "stuck.py"
+    tests = os.path.dirname(os.path.abspath(__file__))
+    script.write_text(_STUCK_PARENT.format(src=os.path.join(tests, "..", "src"), tests=tests))
+    parent = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True)
+    words = parent.stdout.readline().split()
+    assert words, parent.stderr.read()
+    pids, names = [int(w) for w in words[:2]], words[2:]
+    try:
+        assert all(_dev_shm(name) for name in names[1:])    # the semaphores' names
+        time.sleep(1.0)                 # both workers are now stuck inside step
+        parent.kill()
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and (any(pid_alive(p) for p in pids)
+                                               or any(_dev_shm(n) for n in names)):
+            time.sleep(0.05)
+        assert [p for p in pids if pid_alive(p)] == []
+        assert [n for n in names if _dev_shm(n)] == []
+    finally:
+        for pid in pids:
+            if pid_alive(pid):
+                os.kill(pid, signal.SIGKILL)
+
+
+# ---- issue 25: fork after a threaded native env ------------------------------------------------
+
+_FORKS = textwrap.dedent("""
+    import os, sys, time
+    sys.path[:0] = [{src!r}]
+    import numpy as np
+    import peregrine
+
+    env = peregrine.make("cartpole", num_envs=256, seed=0, num_threads=2)
+    actions = np.ones(256, np.int32)
+    hung = 0
+    for attempt in range(10):
+        env.step(actions)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:                    # the child steps, then closes or just exits
+            os.close(read)
+            env.step(actions)
+            os.write(write, env.observations.tobytes())
+            if attempt % 2:
+                env.close()
+            sys.exit(0)                 # interpreter exit frees whatever is left
+        os.close(write)
+        env.step(actions)
+        got = b""
+        while len(got) < env.observations.nbytes:
+            chunk = os.read(read, 1 << 16)
+            if not chunk:
+                break
+            got += chunk
+        os.close(read)
+        assert got == env.observations.tobytes(), "the child stepped differently"
+        deadline = time.monotonic() + 5
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                assert os.waitstatus_to_exitcode(status) == 0, status
+                break
+            if time.monotonic() > deadline:
+                hung += 1
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                break
+            time.sleep(0.01)
+    env.close()
+    print("hung", hung)
+""")
+
+
+def test_a_forked_child_of_a_threaded_native_env_steps_closes_and_exits():
+    """The thread pool does not survive fork(): the child gets a pool of its own on
+    first use, steps exactly as the parent, and neither close() nor interpreter exit
+    hangs on the parent's threads (10 forks, each given 5 s)."""
+    import subprocess
+    import sys
+    tests = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run([sys.executable, "-c",
+                             _FORKS.format(src=os.path.join(tests, "..", "src"))],
+                            capture_output=True, text=True, timeout=100)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["hung", "0"], result.stdout
+
+
+# ---- issue 25: the metrics file cannot kill training or the monitor -------------------------
+
+_TRUNCATE = textwrap.dedent("""
+    import os, sys
+    sys.path[:0] = [{src!r}]
+    from peregrine.monitor.metrics import MetricsReader, MetricsWriter, MetricsFileError
+    run = sys.argv[1]
+    writer = MetricsWriter(run, ["x"])
+    writer.update(global_step=1, updates=1, env_stats={{"x": 1.0}})
+    reader = MetricsReader(run)
+    path = os.path.join(run, "metrics.bin")
+    if sys.argv[2] == "truncate":
+        os.truncate(path, 0)
+    elif sys.argv[2] == "overwrite":        # as `cp other metrics.bin` does: same inode
+        with open(path, "wb") as handle:
+            handle.write(b"something else entirely")
+    else:
+        os.replace(path, path + ".old")
+        with open(path, "wb") as handle:
+            handle.write(b"something else entirely")
+    try:
+        reader.read()
+        print("reader: no error")
+    except MetricsFileError as error:
+        print("reader:", error)
+    writer.update(global_step=2, updates=2, env_stats={{"x": 2.0}})
+    writer.update(global_step=3, updates=3, env_stats={{"x": 3.0}})
+    writer.close("finished")
+    print("writer: carried on")
+""")
+
+
+@pytest.mark.parametrize("damage", ["truncate", "overwrite", "rename"])
+def test_a_truncated_or_replaced_metrics_file_kills_neither_writer_nor_reader(tmp_path, damage):
+    """Truncating metrics.bin under a memory map used to be SIGBUS (exit -7) in the
+    trainer and in an attached monitor. Now a reader of a cut file raises
+    MetricsFileError, the writer warns once and carries on, and rewrites a file cut
+    or overwritten in place; a file renamed over it is left alone (the reader keeps
+    the run's own file)."""
+    import subprocess
+    import sys
+    from peregrine.monitor.metrics import MetricsReader
+    tests = os.path.dirname(os.path.abspath(__file__))
+    result = subprocess.run([sys.executable, "-c",
+                             _TRUNCATE.format(src=os.path.join(tests, "..", "src")),
+                             str(tmp_path), damage], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, (result.returncode, result.stderr)
+    lines = result.stdout.splitlines()
+    assert lines[-1] == "writer: carried on"
+    assert result.stderr.count("warning: ") == 1, result.stderr
+    if damage == "rename":
+        assert lines[0] == "reader: no error"
+        assert "metrics.bin was replaced by another file" in result.stderr
+        assert (tmp_path / "metrics.bin").read_bytes() == b"something else entirely"
+        return
+    assert lines[0].startswith("reader: ") and "metrics.bin is truncated" in lines[0], lines
+    assert "metrics.bin was truncated or overwritten" in result.stderr, result.stderr
+    with MetricsReader(tmp_path) as reader:     # whole again, with the latest record
+        latest = reader.read()
+        assert latest["updates"] == 3 and latest.status == "finished"
+        assert latest.env_stats == {"x": 3.0}
+
+
+# ---- issue 25, finding 11: wording and copies ---------------------------------------------------
+
+def _tiny_run(tmp_path):
+    run = tmp_path / "run"
+    assert cli_main(["train", "cartpole", "--detach", "--run-dir", str(run), "--total-steps",
+                     "256", "--vec.num-envs", "8", "--train.tensorboard", "false"]) == 0
+    return run / "checkpoints" / "latest.pt"
+
+
+def test_a_checkpoint_with_extra_bytes_is_not_called_truncated(tmp_path):
+    from peregrine.train import checkpoint
+    path = _tiny_run(tmp_path)
+    path.write_bytes(path.read_bytes() + b"junk")
+    with pytest.raises(ValueError, match="4 bytes more than its header promises") as caught:
+        checkpoint.load(path)
+    assert "truncated" not in str(caught.value)
+
+
+class _NotAllowed:
+    pass
+
+
+def test_a_checkpoint_holding_code_is_refused_without_torchs_unsafe_hint(tmp_path):
+    import hashlib
+    import io
+
+    import torch
+
+    from peregrine.train import checkpoint
+    buffer = io.BytesIO()
+    torch.save({"format_version": checkpoint.FORMAT_VERSION, "x": _NotAllowed()}, buffer)
+    data = buffer.getvalue()
+    path = tmp_path / "evil.pt"
+    path.write_bytes(checkpoint.HEADER.pack(checkpoint.MAGIC, len(data),
+                                            hashlib.sha256(data).digest()) + data)
+    with pytest.raises(ValueError) as caught:
+        checkpoint.load(path)
+    message = str(caught.value)
+    assert "_NotAllowed" in message and "not a Peregrine training checkpoint" in message
+    assert "weights_only" not in message and "will likely succeed" not in message
+
+
+def test_a_shallow_copy_never_shares_or_closes_the_c_batch():
+    import copy
+    with peregrine.make("cartpole", num_envs=4, seed=0) as env:
+        try:
+            duplicate = copy.copy(env)
+        except TypeError as error:      # refusing is fine, if it says what to do instead
+            assert "peregrine.make" in str(error)
+        else:
+            assert duplicate._batch is not env._batch
+            duplicate.close()
+        env.step(np.zeros(4, np.int32))     # the original still works

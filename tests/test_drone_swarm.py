@@ -22,9 +22,13 @@ def policy_actions(rng, rows):
 
 
 def run_parity(config, num_envs, episodes=2, seed=7):
+    """C vs reference: observations, rewards, flags, final observations, exact
+    states, statistics, and the global states (current and final), bit for bit."""
     env = DroneSwarm(num_envs=num_envs, seed=seed, **config)
     ref = DroneSwarmReference(num_envs=num_envs, seed=seed, **config)
     np.testing.assert_allclose(env.observations, ref.observations, atol=TOL, rtol=0)
+    env.enable_states()
+    np.testing.assert_array_equal(env.states, ref.states)
     rng = np.random.default_rng(seed)
     steps = episodes * env.config["max_steps"] + 3
     for _ in range(steps):
@@ -35,10 +39,13 @@ def run_parity(config, num_envs, episodes=2, seed=7):
         np.testing.assert_allclose(rewards, rewards_r, atol=TOL, rtol=0)
         np.testing.assert_array_equal(terminals, terminals_r)
         np.testing.assert_array_equal(truncations, truncations_r)
+        np.testing.assert_array_equal(env.states, ref.states)
         done = terminals | truncations
         if done.any():
             np.testing.assert_allclose(env.final_observations[done], ref.final_observations[done],
                                        atol=TOL, rtol=0)
+            ended = done.reshape(num_envs, -1)[:, 0]
+            np.testing.assert_array_equal(env.final_states[ended], ref.final_states[ended])
     for instance in range(num_envs):
         np.testing.assert_allclose(env.get_state(instance), ref.get_state(instance), atol=TOL, rtol=0)
     stats, stats_r = env.episode_stats(), ref.episode_stats()

@@ -205,12 +205,15 @@ def test_launch_gives_every_instance_one_thread_within_cuda_limits(num_envs):
 
 
 def test_the_kernels_index_instances_in_64_bits():
-    """What the launch test assumes: both kernels take the 64-bit index and compare it
-    with num_envs before narrowing it to the int the env functions take."""
+    """What the launch test assumes: every kernel (step, reset, the global state's)
+    takes the 64-bit index and compares it with num_envs before narrowing it to the
+    int the env functions take."""
     source = (gpu.NATIVE_DIR / "pg_gpu.h").read_text()
+    kernels = source.count('extern "C" __global__ void')
+    assert kernels == 3
     assert "(unsigned long long)blockIdx.x * blockDim.x + threadIdx.x" in source
-    assert source.count("pg_thread_index();") == 2
-    assert source.count("if (thread >= (unsigned long long)env->pg.num_envs) return;") == 2
+    assert source.count("pg_thread_index();") == kernels
+    assert source.count("if (thread >= (unsigned long long)env->pg.num_envs) return;") == kernels
     assert "(int)(blockIdx.x" not in source
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import time
 import traceback
 
 import pytest
@@ -36,7 +37,8 @@ def _bits(tensor: torch.Tensor) -> bytes:
     return tensor.view(torch.uint8).numpy().tobytes() if tensor.numel() else b""
 
 
-def _rank_main(rank, world_size, barrier, names, results, timeout, calls):
+def _rank_main(rank, world_size, barrier, names, results, timeout, calls, die=False,
+               linger=0.0):
     torch.set_num_threads(1)    # a forked child must not enter the parent's OpenMP pool
     try:
         def exchange(value):
@@ -54,22 +56,31 @@ def _rank_main(rank, world_size, barrier, names, results, timeout, calls):
             tensor = _values(rank, call, numel, dtype)
             assert reducer.all_reduce_(tensor) is tensor
             outputs.append(_bits(tensor))     # bytes: a tensor would travel as a shared fd
+        if die:
+            os._exit(3)                       # gone without a word, as a killed rank is
         left_behind = os.path.exists(f"/dev/shm/{segment.lstrip('/')}")
         reducer.close()
         results.put((rank, "ok", outputs, left_behind))
+        time.sleep(linger)      # alive but silent: a stuck rank, not a dead one
     except BaseException as error:     # reported to the test, not lost in the child
         results.put((rank, type(error).__name__, str(error), traceback.format_exc()))
 
 
-def _run(world_size, calls=CALLS, timeout=60.0, silent=()):
+def _run(world_size, calls=CALLS, timeout=60.0, silent=(), rank_calls=None, die=()):
+    """Every rank's (status, ...) result; `rank_calls` maps a rank to its own calls,
+    ranks in `silent` make only the first call, ranks in `die` exit after theirs."""
     barrier, names, results = CONTEXT.Barrier(world_size), CONTEXT.Queue(), CONTEXT.Queue()
+    rank_calls = rank_calls or {}
     ranks = [CONTEXT.Process(target=_rank_main, args=(
         rank, world_size, barrier, names, results, timeout,
-        calls[:1] if rank in silent else calls)) for rank in range(world_size)]
+        calls[:1] if rank in silent else rank_calls.get(rank, calls), rank in die,
+        3.0 if rank in silent else 0.0))
+        for rank in range(world_size)]
     for process in ranks:
         process.start()
     try:
-        return dict((r[0], r[1:]) for r in (results.get(timeout=WAIT) for _ in ranks))
+        return dict((r[0], r[1:]) for r in (results.get(timeout=WAIT)
+                                            for _ in range(len(ranks) - len(die))))
     finally:
         for process in ranks:
             process.join(WAIT)
@@ -94,13 +105,43 @@ def test_every_rank_gets_the_same_sum_in_rank_order(world_size):
 
 
 def test_a_rank_that_never_arrives_times_out_with_a_clear_error():
-    """Rank 1 makes one call and stops; rank 0's second call waits train.dist_timeout
-    seconds, then raises naming the missing rank and the timeout."""
+    """Rank 1 makes one call and stays (stuck, alive); rank 0's second call waits
+    train.dist_timeout seconds, then raises naming the missing rank and the timeout."""
     results = _run(2, calls=[(16, torch.float32)] * 2, timeout=0.5, silent=(1,))
     assert results[1][0] == "ok"
     status, message, _ = results[0]
     assert status == "TimeoutError"
     assert "rank(s) [1] did not reach collective 2 within train.dist_timeout = 0.5 s" in message
+
+
+@pytest.mark.parametrize("other, described", [
+    ((12, torch.float32), "rank 1 sums 12 float32"),
+    ((10, torch.float64), "rank 1 sums 10 float64"),
+    ((0, torch.float32), "rank 1 sums 0 float32"),
+    ((100_000, torch.float32), "rank 1 sums 100000 float32")])
+def test_ranks_summing_different_sizes_or_dtypes_are_refused_on_every_rank(other, described):
+    """Ranks whose tensors differ (another hidden size on one rank, say) used to sum
+    garbage silently; each rank now names both sides, whatever the sizes (one that
+    would outgrow the segment included), and neither waits for the timeout."""
+    calls = [(10, torch.float32), (10, torch.float32)]
+    results = _run(2, calls=calls, rank_calls={1: [calls[0], other]}, timeout=30.0)
+    for rank in (0, 1):
+        status, message, _ = results[rank]
+        assert status == "ValueError", message
+        assert f"collective 2: rank 0 sums 10 float32 values but {described}" in message
+        assert "the ranks' configs differ" in message
+
+
+def test_a_rank_that_dies_is_named_at_once_not_after_the_timeout():
+    """A rank's process that is gone (killed, crashed) fails the others' next sum
+    within a fraction of a second, so torchrun's restart is not held up by
+    train.dist_timeout."""
+    start = time.monotonic()
+    results = _run(2, calls=[(16, torch.float32)] * 2, timeout=60.0, silent=(1,), die=(1,))
+    status, message, _ = results[0]
+    assert status == "RuntimeError", message
+    assert "rank 1 (pid" in message and "is gone" in message
+    assert time.monotonic() - start < 30
 
 
 def test_the_backend_choice_takes_shared_memory_only_on_one_machine_and_cpu():

@@ -181,13 +181,21 @@ def test_reader_never_returns_a_record_mid_write(tmp_path):
     writer.update(global_step=10, updates=1)
     with MetricsReader(tmp_path / "run", timeout=0.2) as reader:
         slot = (reader.count - 1) % 2
-        writer._sequences[slot] += 1                     # pretend the writer stopped mid-record
+        offset = writer.header_size + slot * writer.record_size
+        path = tmp_path / "run" / "metrics.bin"
+
+        def poke(offset, data):             # a store into the file, as the writer makes
+            with open(path, "r+b") as handle:
+                os.pwrite(handle.fileno(), data, offset)
+
+        sequence = int(writer._sequences[slot])
+        poke(offset, struct.pack("<Q", sequence + 1))   # pretend the writer stopped mid-record
         with pytest.raises(MetricsFileError, match="stuck mid-record"):
             reader.read()
-        writer._sequences[slot] += 1                     # record complete again
+        poke(offset, struct.pack("<Q", sequence))       # record complete again
         assert reader.read()["global_step"] == 10
         # a slot whose record index is not the one the count names (lapped) is skipped
-        writer._slot_values[slot][0] = 999
+        poke(offset + 8, struct.pack("<d", 999.0))
         assert reader._read_record(reader.count - 1) is None
         with pytest.raises(MetricsFileError, match="not in its slot"):   # and no hang
             reader.read()

@@ -96,12 +96,13 @@ def test_rollout_advantages_match_reference(terminal, both_flags):
     value_of = lambda obs: 3.0 + 0.5 * obs[:, 0].float()  # noqa: E731 - V(count), known
     heads = trainer.policy.heads
 
-    def patched_heads(obs, state=None, starts=None):
-        params, _values, state = heads(obs, state, starts)
+    def patched_heads(obs, state=None, starts=None, critic_states=None):
+        params, _values, state = heads(obs, state, starts, critic_states)
         return params, value_of(obs), state
 
     trainer.policy.heads = patched_heads
-    trainer.policy.value = lambda obs, state=None, starts=None: value_of(obs)
+    trainer.policy.value = lambda obs, state=None, starts=None, critic_states=None: \
+        value_of(obs)
     counts_before = env.counts.copy()
     trainer.rollout()
 
@@ -131,8 +132,8 @@ def test_true_value_gives_zero_advantage_under_truncation():
     true_value = 1.0 / (1.0 - gamma)
     heads = trainer.policy.heads
 
-    def patched_heads(obs, state=None, starts=None):
-        params, _values, state = heads(obs, state, starts)
+    def patched_heads(obs, state=None, starts=None, critic_states=None):
+        params, _values, state = heads(obs, state, starts, critic_states)
         return params, torch.full((obs.shape[0],), true_value), state
 
     trainer.policy.heads = patched_heads

@@ -40,6 +40,27 @@ def parameters(trainer):
     return [p.detach().clone() for p in trainer.policy.parameters()]
 
 
+def assert_resume_is_exact(make_trainer, tmp_path):
+    """Stop a run after 2 updates, save, load into a fresh trainer, run 3 more: the
+    losses and parameters equal those of an uninterrupted 5-update run. Returns
+    (uninterrupted, resumed), both open."""
+    uninterrupted = make_trainer()
+    expected = run_updates(uninterrupted, 5)
+    first = make_trainer()
+    got = run_updates(first, 2)
+    path = tmp_path / "ckpt.pt"
+    checkpoint.save(path, first.state_dict())
+    first.close()
+    resumed = make_trainer()
+    resumed.load_state_dict(checkpoint.load(path))
+    assert resumed.updates == 2
+    got += run_updates(resumed, 3)
+    assert got == expected
+    for a, b in zip(parameters(resumed), parameters(uninterrupted)):
+        assert torch.equal(a, b)
+    return uninterrupted, resumed
+
+
 @pytest.mark.parametrize("lstm", [False, True])
 def test_same_seed_gives_identical_losses(lstm):
     extra = [("policy.lstm", lstm), ("policy.bptt_horizon", 8)]
@@ -60,21 +81,9 @@ def test_resume_continues_exactly(tmp_path, lstm, normalize):
     of an uninterrupted 5-update run."""
     extra = [("policy.lstm", lstm), ("policy.bptt_horizon", 8),
              ("train.normalize_obs", normalize), ("train.normalize_reward", normalize)]
-    uninterrupted = Trainer(small_config(*extra))
-    expected = run_updates(uninterrupted, 5)
-
-    first = Trainer(small_config(*extra))
-    got = run_updates(first, 2)
-    path = tmp_path / "ckpt.pt"
-    checkpoint.save(path, first.state_dict())
-    first.close()
-    resumed = Trainer(small_config(*extra))
-    resumed.load_state_dict(checkpoint.load(path))
-    assert resumed.updates == 2 and resumed.global_step == 2 * 128
-    got += run_updates(resumed, 3)
-    assert got == expected
-    for a, b in zip(parameters(resumed), parameters(uninterrupted)):
-        assert torch.equal(a, b)
+    uninterrupted, resumed = assert_resume_is_exact(lambda: Trainer(small_config(*extra)),
+                                                    tmp_path)
+    assert resumed.global_step == 5 * 128
     if normalize:
         for name in ("obs_norm", "reward_scaler"):
             mine = getattr(resumed.pipeline, name).stats

@@ -109,6 +109,24 @@ def shm_segments():
     return {name for name in os.listdir("/dev/shm") if name.startswith(("psm_", "wnsm_"))}
 
 
+def record_segments(monkeypatch):
+    """The names of the shared-memory segments this process creates from now on (a
+    set that fills as they are made): a leak check that other jobs on a shared
+    machine, making and freeing segments of their own, cannot disturb."""
+    from multiprocessing import shared_memory
+    names = set()
+    original = shared_memory.SharedMemory
+
+    class Recording(original):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            if kwargs.get("create"):
+                names.add(self.name.lstrip("/"))
+
+    monkeypatch.setattr(shared_memory, "SharedMemory", Recording)
+    return names
+
+
 def child_pids(pid=None):
     pid = os.getpid() if pid is None else pid
     try:

@@ -104,9 +104,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     bound = None
     rounds = -(-episodes // num_envs)
     for round_index in range(rounds):
-        needed = episodes - count
-        if needed <= 0:
-            break
+        needed = episodes - count      # > 0: each round counts one episode per instance
         round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
         env = make(env_name, num_envs=min(num_envs, needed), seed=round_seed,
                    num_threads=num_threads, **world["kwargs"])

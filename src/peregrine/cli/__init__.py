@@ -47,8 +47,7 @@ def main(argv=None) -> int:
         top.print_help(sys.stderr)
         return 2
     if argv[0] in ("-h", "--help", "--version") or argv[0] not in COMMANDS:
-        top.parse_args(argv[:1])
-        return 2
+        top.parse_args(argv[:1])   # exits: help (0) or an unknown command (2)
     name = argv[0]
     module_name, help_text = COMMANDS[name]
     try:

@@ -35,8 +35,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                      f"--vec.num-envs 64). Shipped configs: {', '.join(shipped_configs())}; "
                      f"variants (--config NAME): {_variants()}.")
     parser.usage = ("peregrine train [ENV] [--config FILE] [--resume RUN_DIR] [--seed N] "
-                    "[--total-steps N] [--run-dir DIR] [--nproc N] [--monitor | --detach] "
-                    "[--SECTION.KEY VALUE ...]")
+                    "[--total-steps N] [--run-dir DIR] [--overwrite] [--nproc N] "
+                    "[--max-restarts K] [--monitor | --detach] [--SECTION.KEY VALUE ...]")
     parser.add_argument("env", nargs="?", help="env name (omit with --resume)")
     _add_flags(parser)
 
@@ -64,10 +64,16 @@ def _add_flags(parser):
     parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
     parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")
     parser.add_argument("--run-dir", help="exact run directory (default: runs/<env>-<time>-s<seed>)")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="a --run-dir that holds something: move it aside (to "
+                             "NAME.replaced-TIME) and start a new run there")
     parser.add_argument("--nproc", type=_nproc, default=1, metavar="N",
                         help="data-parallel ranks on this machine, started by "
                              "torch.distributed.run (vec.num_envs is per rank); 'auto': one "
                              "rank per available core, the config's batch split over them")
+    parser.add_argument("--max-restarts", type=int, default=0, metavar="K",
+                        help="with --nproc: restart every rank from the last checkpoint "
+                             "after a rank fails, up to K times (torchrun's --max-restarts)")
     display = parser.add_mutually_exclusive_group()
     display.add_argument("--monitor", action="store_true", help="live dashboard (child process)")
     display.add_argument("--detach", action="store_true", help="headless: no dashboard, no progress")
@@ -134,10 +140,14 @@ def run(args) -> int:
             raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+    if args.resume and args.overwrite:
+        raise ValueError("--overwrite starts a new run; it cannot be combined with --resume")
     if args.nproc == "auto":
         args.nproc, args.rank_overrides = _auto_ranks(args, config)
     if args.nproc != 1:
-        return _launch(args, config)
+        return _launch(args, config, run_dir)
+    if args.max_restarts:
+        raise ValueError("--max-restarts needs --nproc (or torchrun's own --max-restarts)")
     quiet = runs.distributed.launched() and os.environ.get("RANK", "0") != "0"
     if quiet:   # ranks other than 0 print nothing but their errors
         args.detach, args.monitor = True, False
@@ -163,7 +173,8 @@ def run(args) -> int:
     summary = None
     try:
         summary = runs.train(config, run_dir, resume=bool(args.resume),
-                             progress=progress if mode == "plain" else None, on_start=on_start)
+                             progress=progress if mode == "plain" else None, on_start=on_start,
+                             overwrite=args.overwrite)
     finally:
         if child.get("process") is not None:
             _finish_monitor(child["process"])
@@ -171,14 +182,15 @@ def run(args) -> int:
     recent = summary["recent_return"]
     recent_text = "n/a" if recent is None else f"{recent:.1f}"
     if quiet:
-        return 130 if summary["status"] == "interrupted" else 0
-    print(f"{summary['status']}: {summary['global_step']:,} steps in {summary['elapsed']:.2f} s "
+        return runs.exit_code(summary)
+    how = f" ({summary['signal']})" if summary.get("signal") else ""
+    print(f"{summary['status']}{how}: {summary['global_step']:,} steps in {summary['elapsed']:.2f} s "
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
     print(f"checkpoint: {summary['checkpoint']}", flush=True)
     print(f"evaluate:   peregrine eval {config.env_name} --policy {summary['checkpoint']}",
           flush=True)
-    return 130 if summary["status"] == "interrupted" else 0
+    return runs.exit_code(summary)
 
 
 def _auto_ranks(args, config) -> tuple[int, list[str]]:
@@ -198,14 +210,19 @@ def _auto_ranks(args, config) -> tuple[int, list[str]]:
     return ranks, [token for key, value in overrides for token in (f"--{key}", str(value))]
 
 
-def _launch(args, config) -> int:
-    """--nproc N: this command without --nproc, as N ranks under torch.distributed.run."""
+def _launch(args, config, run_dir) -> int:
+    """--nproc N: this command without --nproc/--max-restarts, as N ranks under
+    torch.distributed.run."""
     from ..train.distributed import check_config, check_world_size, launch, launched
+    from ..train.run_dir import check_new
     if args.nproc < 1:
         raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
     if launched():
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     check_config(config)
+    check_new(run_dir, bool(args.resume), args.overwrite)   # before N ranks fail alike
     if args.resume:
         # Refused here, before N processes start only to fail with N copies of the error.
         from ..train import checkpoint
@@ -213,13 +230,17 @@ def _launch(args, config) -> int:
         check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):
-        if argv[i] == "--nproc":
+        if argv[i] in ("--nproc", "--max-restarts"):
             i += 2
             continue
-        if not argv[i].startswith("--nproc="):
+        if not argv[i].startswith(("--nproc=", "--max-restarts=")):
             rest.append(argv[i])
         i += 1
-    return launch(args.nproc, rest + list(getattr(args, "rank_overrides", [])))
+    if not args.resume and not args.run_dir:
+        # Named once, here: ranks restarted later must find the same directory.
+        rest += ["--run-dir", str(run_dir)]
+    return launch(args.nproc, rest + list(getattr(args, "rank_overrides", [])),
+                  args.max_restarts)
 
 
 def _finish_monitor(process, grace: float = 3.0) -> None:

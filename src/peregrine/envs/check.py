@@ -63,14 +63,12 @@ def _trace(env, actions) -> list[np.ndarray]:
     """Everything a step writes, for each step; then the statistics of the episodes
     that ended in these steps (statistics outlive resets, so earlier ones are cleared)."""
     rows = []
-    final = getattr(env, "final_observations", None)
+    final = env.final_observations     # required (checked before any trace is taken)
     if hasattr(env, "episode_stats"):
         env.episode_stats(clear=True)
     for batch in actions:
         obs, rewards, terminals, truncations, _ = env.step(batch)
-        rows += [obs.copy(), rewards.copy(), terminals.copy(), truncations.copy()]
-        if final is not None:
-            rows.append(final.copy())
+        rows += [obs.copy(), rewards.copy(), terminals.copy(), truncations.copy(), final.copy()]
     if hasattr(env, "episode_stats"):
         stats = env.episode_stats()
         rows.append(np.array([stats.count, *stats.mean.values(), *stats.std.values()]))

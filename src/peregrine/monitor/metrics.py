@@ -1,10 +1,18 @@
 """The metrics file: one writer (the trainer), any number of readers.
 
-The trainer publishes its latest statistics into ``RUN_DIR/metrics.bin``
-through a memory map. Publishing is a copy of a few hundred bytes into shared
-pages: no lock, no system call, no serialization, so the trainer never waits
-on a reader, and a reader (the dashboard, in its own process) can attach,
-detach or crash at any time without the trainer noticing.
+The trainer publishes its latest statistics into ``RUN_DIR/metrics.bin``.
+Publishing is a few `pwrite`s of a few hundred bytes into the file's pages in
+the page cache, which every reader sees at once: no lock, no serialization, so
+the trainer never waits on a reader, and a reader (the dashboard, in its own
+process) can attach, detach or crash at any time without the trainer noticing.
+
+Neither side maps the file. A memory map of a file that someone else truncates
+(`truncate`, `cp other metrics.bin`, a log rotator) faults with SIGBUS on the
+next touch of a page past the new end, which killed the trainer and any attached
+monitor without a word. `pwrite`/`pread` cannot fault: the writer checks the
+file before each record, and rewrites a file cut or overwritten in place (one
+warning, training carries on), or warns once that it was renamed away; a reader
+whose file is cut under it gets a MetricsFileError saying so.
 
 File layout (little-endian, every offset fixed by the header)::
 
@@ -41,25 +49,23 @@ is ``count - 1`` (so a slot overwritten by a later lap is not mistaken for it);
 otherwise it retries. A reader therefore never returns a torn record. The K
 slots double as a short history (sparklines) at no extra cost.
 
-Ordering: the sequence, the values and ``count`` are stored by separate
-NumPy assignments that execute in program order; on x86-64 (TSO) stores are
-seen by other cores in that order and loads are not reordered with loads,
-which is what a seqlock needs. On weakly ordered CPUs (ARM) Python offers no
-fences; the ``index`` check and the double sequence read still catch almost
-every tear, but the guarantee there is best-effort.
+Ordering: the sequence, the values and ``count`` are written by separate
+system calls in program order, and a reader reads them by separate calls;
+each call's copy completes before the next starts, which is what a seqlock
+needs (a system call is a full barrier on every CPU Linux runs on).
 
 The header is written to a temporary file that is renamed into place, so a
-reader never sees a half-written header; the file never changes size after
-that.
+reader never sees a half-written header; the writer never changes the file's
+size after that (it only restores it, see above).
 """
 from __future__ import annotations
 
 import json
 import math
-import mmap
 import os
 import socket
 import struct
+import sys
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -73,6 +79,7 @@ FILE_NAME = "metrics.bin"
 DEFAULT_RING_CAPACITY = 256
 
 _FIXED = struct.Struct("<8sIIIIIIqdQII")  # the first 64 bytes, up to and including the reserved word
+_U64 = struct.Struct("<Q")
 _COUNT_OFFSET = 48
 _RUN_ID_OFFSET = 64
 _RUN_ID_SIZE = 64
@@ -132,6 +139,10 @@ def _round_up(value: int, multiple: int) -> int:
     return (value + multiple - 1) // multiple * multiple
 
 
+def _print_warning(message: str) -> None:
+    print(f"peregrine: warning: {message}", file=sys.stderr, flush=True)
+
+
 def _check_name(kind: str, name) -> str:
     if not isinstance(name, str) or not name or len(name) > 64:
         raise ValueError(f"{kind} names must be non-empty strings of at most 64 characters, got {name!r}")
@@ -147,11 +158,14 @@ class MetricsWriter:
 
     Missing values are stored as NaN (shown as "-" by the dashboard). Use it
     as a context manager to get ``close("crashed")`` on an exception and
-    ``close("interrupted")`` on Ctrl-C.
+    ``close("interrupted")`` on Ctrl-C. `warn(message)` is told, once each, when
+    the file was cut or overwritten by someone else (it is then rewritten) or
+    renamed away (records go on into the old file).
     """
 
     def __init__(self, run_dir, env_stat_names=(), run_id: str | None = None,
-                 ring_capacity: int = DEFAULT_RING_CAPACITY, world_size: int = 1):
+                 ring_capacity: int = DEFAULT_RING_CAPACITY, world_size: int = 1,
+                 warn=_print_warning):
         if isinstance(ring_capacity, bool) or not isinstance(ring_capacity, int) \
                 or not 1 <= ring_capacity <= 1 << 20:
             raise ValueError(f"ring_capacity must be an int in [1, 1048576], got {ring_capacity!r}")
@@ -193,11 +207,11 @@ class MetricsWriter:
         except BaseException:
             temporary.unlink(missing_ok=True)
             raise
-        self._map = mmap.mmap(self._file.fileno(), size)
-        self._count = np.ndarray((1,), np.uint64, self._map, _COUNT_OFFSET)
-        slots = np.ndarray((ring_capacity, self.record_size // 8), np.uint64, self._map, self.header_size)
-        self._sequences = slots[:, 0]
-        self._slot_values = slots[:, 1:1 + self.num_fields].view(np.float64)
+        self._fd = self._file.fileno()
+        self._header, self._size = bytes(header), size
+        self._inode = os.fstat(self._fd).st_ino
+        self._warn, self._warned = warn, set()
+        self._sequences = np.zeros(ring_capacity, np.uint64)  # each slot's, as last written
         self._values = np.full(self.num_fields, np.nan)  # the record being built
         self._records = 0
         self.closed = False
@@ -249,12 +263,41 @@ class MetricsWriter:
         record = self._records
         slot = record % self.ring_capacity
         self._values[0] = record
+        self._check_file()
+        fd, offset = self._fd, self.header_size + slot * self.record_size
         sequence = int(self._sequences[slot])
-        self._sequences[slot] = sequence + 1          # odd: being written
-        self._slot_values[slot] = self._values
-        self._sequences[slot] = sequence + 2          # even: consistent
-        self._count[0] = record + 1
+        os.pwrite(fd, _U64.pack(sequence + 1), offset)      # odd: being written
+        os.pwrite(fd, self._values.tobytes(), offset + 8)
+        os.pwrite(fd, _U64.pack(sequence + 2), offset)      # even: consistent
+        os.pwrite(fd, _U64.pack(record + 1), _COUNT_OFFSET)
+        self._sequences[slot] = sequence + 2
         self._records = record + 1
+
+    def _check_file(self) -> None:
+        """Before a record: a file cut or overwritten in place is rewritten (its
+        header, zeroed slots); one renamed away or deleted is left (a warning)."""
+        if os.fstat(self._fd).st_size != self._size:
+            self._warn_once("truncated", f"{FILE_NAME} was truncated or overwritten by another "
+                            f"process; rewriting it (training is unaffected; the dashboard's "
+                            f"history restarts)")
+            os.ftruncate(self._fd, 0)           # no stale bytes of whatever was written
+            os.ftruncate(self._fd, self._size)
+            os.pwrite(self._fd, self._header, 0)
+            self._sequences[:] = 0
+        if "replaced" not in self._warned:
+            try:
+                replaced = os.stat(self.path).st_ino != self._inode
+            except OSError:
+                replaced = True
+            if replaced:
+                self._warn_once("replaced", f"{FILE_NAME} was replaced by another file or "
+                                f"deleted; this run's records go on into the old one, which a "
+                                f"dashboard attached from now on does not see")
+
+    def _warn_once(self, kind: str, message: str) -> None:
+        if kind not in self._warned:
+            self._warned.add(kind)
+            self._warn(message)
 
     def close(self, status: str = "finished") -> None:
         """Publishes a final record with `status` and unmaps the file. Idempotent."""
@@ -264,12 +307,11 @@ class MetricsWriter:
             raise ValueError(f"close status must be one of {list(FINAL_STATUSES)}, got {status!r}")
         self._values[_HEARTBEAT] = time.time()
         self._values[_STATUS] = STATUS_CODES[status]
-        self._publish()
-        self.closed = True
-        del self._count, self._sequences, self._slot_values
-        self._map.flush()
-        self._map.close()
-        self._file.close()
+        try:
+            self._publish()
+        finally:
+            self.closed = True
+            self._file.close()
 
     def __enter__(self):
         return self
@@ -340,28 +382,33 @@ class MetricsReader:
             raise MetricsFileError(f"no metrics file at {self.path} (is this a run directory?)") from None
         except OSError as error:
             raise MetricsFileError(f"cannot open {self.path}: {error.strerror}") from None
-        with handle:
+        self._file, self._fd = handle, handle.fileno()
+        try:
             status = os.fstat(handle.fileno())
             size, self.inode = status.st_size, status.st_ino
             if size < _NAMES_OFFSET:
                 raise MetricsFileError(f"{self.path} is truncated ({size} bytes) or not a Peregrine metrics file")
-            self._map = mmap.mmap(handle.fileno(), size, access=mmap.ACCESS_READ)
-        try:
             self.header = self._parse_header(size)
-        except MetricsFileError:
-            self._map.close()
+        except BaseException:
+            handle.close()
             raise
-        header = self.header
-        self._count = np.ndarray((1,), np.uint64, self._map, _COUNT_OFFSET)
-        slots = np.ndarray((header.ring_capacity, self._record_size // 8), np.uint64, self._map,
-                           self._header_size)
-        self._sequences = slots[:, 0]
-        self._slot_values = slots[:, 1:1 + header.num_fields].view(np.float64)
-        self._num_fixed = len(header.fields)
+        self._num_fixed = len(self.header.fields)
+
+    def _pread(self, size: int, offset: int) -> bytes:
+        """`size` bytes at `offset`; MetricsFileError if the file no longer has them
+        (cut while we read it: reading never faults, unlike a memory map)."""
+        data = os.pread(self._fd, size, offset)
+        if len(data) != size:
+            raise MetricsFileError(f"{self.path} is truncated: it was cut to "
+                                   f"{os.fstat(self._fd).st_size} bytes while being read")
+        return data
+
+    def _u64(self, offset: int) -> int:
+        return _U64.unpack(self._pread(8, offset))[0]
 
     def _parse_header(self, size: int) -> Header:
         (magic, version, header_size, num_fields, num_env_stats, ring_capacity, record_size, pid,
-         start_time, _count, names_length, _reserved) = _FIXED.unpack_from(self._map, 0)
+         start_time, _count, names_length, _reserved) = _FIXED.unpack(self._pread(_FIXED.size, 0))
         if magic != MAGIC:
             raise MetricsFileError(f"{self.path} is not a Peregrine metrics file (bad magic {magic!r})")
         if version != FORMAT_VERSION:
@@ -380,7 +427,7 @@ class MetricsReader:
         if size < expected:
             raise MetricsFileError(f"{self.path} is truncated: {size} bytes, the header promises {expected}")
         try:
-            names = json.loads(bytes(self._map[_NAMES_OFFSET:_NAMES_OFFSET + names_length]).decode())
+            names = json.loads(self._pread(names_length, _NAMES_OFFSET).decode())
             fields = tuple(names["fields"])
             env_stats = tuple(names["env_stats"])
             host = str(names.get("host", ""))
@@ -390,7 +437,7 @@ class MetricsReader:
         if len(fields) + len(env_stats) != num_fields or len(env_stats) != num_env_stats \
                 or fields[:len(FIELDS)] != FIELDS[:len(fields)] or "status" not in fields:
             raise MetricsFileError(f"{self.path} is corrupt: field names do not match the record layout")
-        run_id = bytes(self._map[_RUN_ID_OFFSET:_RUN_ID_OFFSET + _RUN_ID_SIZE]).rstrip(b"\0")
+        run_id = self._pread(_RUN_ID_SIZE, _RUN_ID_OFFSET).rstrip(b"\0")
         self._header_size, self._record_size = header_size, record_size
         return Header(version, num_fields, env_stats, ring_capacity, pid, start_time,
                       run_id.decode(errors="replace"), host, fields, world_size)
@@ -398,19 +445,21 @@ class MetricsReader:
     @property
     def count(self) -> int:
         """Records published so far."""
-        return int(self._count[0])
+        return self._u64(_COUNT_OFFSET)
 
     def _read_record(self, number: int):
         """The values of record `number`, or None if its slot was overwritten."""
         slot = number % self.header.ring_capacity
+        offset = self._header_size + slot * self._record_size
+        size = 8 * self.header.num_fields
         deadline = None
         tries = 0
         stuck_at = -1
         while True:
-            before = int(self._sequences[slot])
+            before = self._u64(offset)
             if not before & 1:                 # odd: the writer is in the middle of it
-                values = self._slot_values[slot].copy()
-                if int(self._sequences[slot]) == before:
+                values = np.frombuffer(self._pread(size, offset + 8), np.float64)
+                if self._u64(offset) == before:
                     # consistent; but is it still the record we were asked for?
                     return values if values[0] == number else None
             tries += 1
@@ -484,9 +533,8 @@ class MetricsReader:
         return "silent" if age > stale_after else status
 
     def close(self) -> None:
-        if getattr(self, "_map", None) is not None and not self._map.closed:
-            del self._count, self._sequences, self._slot_values
-            self._map.close()
+        if getattr(self, "_file", None) is not None:
+            self._file.close()
 
     def __enter__(self):
         return self

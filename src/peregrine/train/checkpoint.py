@@ -76,19 +76,98 @@ def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu")
         raise ValueError(f"{str(path)!r} is not a Peregrine checkpoint (bad header)")
     _magic, length, digest = HEADER.unpack_from(raw)
     data = raw[HEADER.size:]
-    if len(data) != length:
+    if len(data) < length:
         raise ValueError(f"checkpoint {str(path)!r} is truncated: payload has {len(data)} of "
                          f"{length} bytes")
+    if len(data) > length:
+        extra = len(data) - length
+        raise ValueError(f"checkpoint {str(path)!r} has {extra} byte{'s' * (extra != 1)} more "
+                         f"than its header promises ({length}): something was appended to it")
     if hashlib.sha256(data).digest() != digest:
         raise ValueError(f"checkpoint {str(path)!r} is corrupt: its checksum does not match")
     try:
         payload = torch.load(io.BytesIO(data), map_location=map_location, weights_only=True)
     except Exception as error:  # noqa: BLE001 - any decoding failure means a bad file
-        raise ValueError(f"checkpoint {str(path)!r} could not be decoded: {error}") from None
+        raise ValueError(f"checkpoint {str(path)!r} could not be decoded: "
+                         f"{_decoding_problem(error)}") from None
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has an unsupported format version "
                          f"{payload.get('format_version') if isinstance(payload, dict) else None}")
     return payload
+
+
+def _decoding_problem(error: Exception) -> str:
+    """torch.load's error, without its advice to load with weights_only=False: that
+    would run whatever code the file holds, and a Peregrine checkpoint never needs it."""
+    text = str(error)
+    if "Weights only load failed" not in text:
+        return text
+    detail = next((line.split("WeightsUnpickler error:", 1)[1].split(". Please use")[0].strip()
+                   for line in text.splitlines() if "WeightsUnpickler error:" in line),
+                  "it holds an object of a kind checkpoints never hold")
+    return (f"{detail}. It is not a Peregrine training checkpoint, and it is refused: loading "
+            f"such objects could run code")
+
+
+# What --resume may not change: the fields that give the checkpoint's weights,
+# optimizer state, normaliser statistics, random streams or step schedule their
+# meaning. Every [env] and [policy] field is in it; everything else (total_steps,
+# learning_rate, checkpoint_interval, device, precision, threads, ...) may change.
+RESUME_FIXED = {
+    "train": ("seed", "horizon", "normalize_obs", "obs_clip", "normalize_reward", "reward_clip"),
+    "vec": ("num_envs", "num_workers"),
+}
+
+
+def _resolved_env(env_name: str, fields: dict) -> dict:
+    """The env's full config for the keywords `fields` of make (a preset among them),
+    as the env class resolves it; the fields themselves for an env class without
+    config resolution."""
+    from ..envs.registry import env_class
+    try:
+        cls = env_class(env_name)
+    except ValueError:
+        return dict(fields)
+    if not hasattr(cls, "resolve_config"):
+        return dict(fields)
+    fields = dict(fields)
+    preset = fields.pop("preset", "default")
+    return dict(cls.resolve_config(cls.config_with_preset(preset, fields)))
+
+
+def check_resume(payload: dict, config: Any) -> None:
+    """ValueError naming every field where `config` would give the checkpoint's
+    weights or schedule another meaning (RESUME_FIXED, every env and policy field)."""
+    from dataclasses import fields as dataclass_fields
+    saved = payload.get("config") or {}
+    current = config.to_dict()
+    changed = []
+    saved_env, current_env = dict(saved.get("env") or {}), dict(current["env"])
+    trained_on = payload.get("env_name", saved_env.get("name"))
+    if trained_on != current_env.get("name"):
+        raise ValueError(f"the checkpoint was trained on {trained_on!r}, but this run is "
+                         f"{current_env.get('name')!r}")
+    if saved_env.get("name") == current_env.get("name"):
+        name = current_env.pop("name")
+        saved_env.pop("name", None)
+        before, after = _resolved_env(name, saved_env), _resolved_env(name, current_env)
+        changed += [(f"env.{key}", before.get(key), after.get(key))
+                    for key in sorted(set(before) | set(after)) if before.get(key) != after.get(key)]
+    sections = {"policy": [f.name for f in dataclass_fields(config.policy)], **RESUME_FIXED}
+    for section, keys in sections.items():
+        defaults = {f.name: f.default for f in dataclass_fields(getattr(config, section))}
+        for key in keys:
+            before = (saved.get(section) or {}).get(key, defaults.get(key))
+            after = current[section].get(key)
+            if before != after:
+                changed.append((f"{section}.{key}", before, after))
+    if changed:
+        shown = ", ".join(f"{key} ({before!r} in the checkpoint, {after!r} now)"
+                          for key, before, after in changed)
+        raise ValueError(f"--resume cannot change {shown}: the checkpoint's weights, optimizer "
+                         f"state or schedule would mean something else. Start a new run for "
+                         f"that; what a resume may change (total_steps, learning_rate, ...) is "
+                         f"listed in the README, \"Resuming\"")
 
 
 def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:
@@ -109,7 +188,9 @@ def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     from .policy import Policy
     check_env(payload, env, path)
     policy_config = PolicyConfig(**payload["config"]["policy"])
-    policy = Policy(env.single_observation_space, env.single_action_space, policy_config)
+    # A centralised critic's input width (the actor, all that runs here, needs no state).
+    policy = Policy(env.single_observation_space, env.single_action_space, policy_config,
+                    int(payload.get("critic_state_dim", 0)), payload.get("observation_slots", ()))
     try:
         policy.load_state_dict(payload["policy"])
     except (RuntimeError, KeyError) as error:
@@ -167,10 +248,10 @@ class Actor:
                 self.state = self.policy.initial_state(rows, "cpu")
                 self.starts = torch.zeros(rows, dtype=torch.bool)
             starts = self.starts if self.starts is not None else torch.zeros(rows, dtype=torch.bool)
-            params, _values, self.state = self.policy.heads(obs, self.state, starts)
+            params, self.state = self.policy.act(obs, self.state, starts)
             self.starts = torch.zeros(rows, dtype=torch.bool)
         else:
-            params, _values, _ = self.policy.heads(obs)
+            params, _ = self.policy.act(obs)
         if self.generator is None:
             actions = self.policy.deterministic(params, mask)
         else:
@@ -215,12 +296,9 @@ def world_differences(trained: dict, env_name: str, env: Any) -> dict:
     """{field: (trained value, env's value)} where `env`'s config is not the
     trained world `trained` (keywords of make) resolved by the env class."""
     from ..envs.registry import env_class
-    cls = env_class(env_name)
-    if not hasattr(cls, "resolve_config"):
+    if not hasattr(env_class(env_name), "resolve_config"):
         return {}
-    fields = dict(trained)
-    preset = fields.pop("preset", "default")
-    resolved = cls.resolve_config(cls.config_with_preset(preset, fields))
+    resolved = _resolved_env(env_name, trained)
     return {key: (value, env.config.get(key)) for key, value in resolved.items()
             if env.config.get(key) != value}
 

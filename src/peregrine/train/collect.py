@@ -62,6 +62,7 @@ import numpy as np
 import torch
 
 from . import environment
+from .critic_states import CriticStates
 from .observations import ObservationPipeline
 
 
@@ -69,18 +70,22 @@ def _no_state(step, state, starts) -> None:
     """`remember` for feed-forward policies: nothing to store."""
 
 
-def bootstrap_truncated(trainer, pipeline, storage, step: int, state) -> None:
+def bootstrap_truncated(trainer, pipeline, storage, step: int, state,
+                        critic_states=None) -> None:
     """Adds gamma * V(final observation) to the reward of the rows of `storage` cut
     by truncation at `step` (a row flagged both ways ended for real and gets no
     bootstrap); `state` is the recurrent state of those rows after the step's
-    forward (None for feed-forward policies)."""
+    forward (None for feed-forward policies), `critic_states` the rows'
+    critic_states.CriticStates (None for a local critic: the final states)."""
     policy, autocast, no_starts = trainer.policy, trainer.autocast, trainer.no_starts
+    critic = critic_states
 
     def value(inputs, rows):          # rows: an index tensor, or None for every row
         rows_state = state if state is None or rows is None else \
             (state[0][rows], state[1][rows])
+        final = None if critic is None else critic.final(rows)
         with autocast:
-            return policy.value(inputs, rows_state, no_starts[:inputs.shape[0]]).float()
+            return policy.value(inputs, rows_state, no_starts[:inputs.shape[0]], final).float()
     pipeline.bootstrap(storage, step, value, trainer.config.train.gamma)
 
 
@@ -93,9 +98,9 @@ def policy_step(policy, autocast, compilable: bool = False):
     compiles (compiling.py)."""
     sample = policy.sample_from if compilable else policy.sample
 
-    def step(observations, state, starts, randomness, mask):
+    def step(observations, state, starts, randomness, mask, critic_states=None):
         with autocast:
-            params, values, state = policy.heads(observations, state, starts)
+            params, values, state = policy.heads(observations, state, starts, critic_states)
         actions, logprobs = sample(params.float(), randomness, mask)
         return actions, logprobs, values, state
     return step
@@ -107,9 +112,9 @@ def with_drawn_noise(policy, compiled_step):
     makes), then the compiled step runs."""
     draw = policy.draw
 
-    def step(observations, state, starts, generator, mask):
+    def step(observations, state, starts, generator, mask, critic_states=None):
         noise = draw(observations.shape[0], generator, observations.device)
-        return compiled_step(observations, state, starts, noise, mask)
+        return compiled_step(observations, state, starts, noise, mask, critic_states)
     return step
 
 
@@ -130,21 +135,22 @@ class SyncCollector:
         observe = self._observer(trainer)
         remember = storage.record_state if policy.use_lstm else _no_state
         actions_np, clock, generator = self.actions.array, self.clock, trainer.generator
-        act = trainer.policy_step
+        act, critic = trainer.policy_step, trainer.critic_states
         state, starts = trainer.lstm_state, trainer.next_starts
         clock.restart()
         for step in range(trainer.horizon):
-            observe(step)                     # policy input, live rows, masks, teacher labels
-            remember(step, state, starts)     # recurrent: episode starts, segment states
+            observe(step)                     # policy input, live rows, masks, teacher labels,
+            remember(step, state, starts)     # global states; recurrent: starts, segment states
             actions, logprobs, values, state = act(storage.obs[step], state, starts, generator,
-                                                   storage.step_mask(step))
+                                                   storage.step_mask(step),
+                                                   storage.step_critic_states(step))
             storage.record(step, actions, logprobs, values)
             self.actions.write(actions)
             clock.start()
             next_obs, rewards, terminals, truncations, _infos = env.step(actions_np)
             clock.stop()
             pipeline.receive(storage, step, next_obs, rewards, terminals, truncations)
-            bootstrap_truncated(trainer, pipeline, storage, step, state)
+            bootstrap_truncated(trainer, pipeline, storage, step, state, critic)
             starts = storage.dones[step]
         trainer.lstm_state = state
         trainer.next_starts = starts.clone()
@@ -153,15 +159,22 @@ class SyncCollector:
     @staticmethod
     def _observer(trainer):
         """This rollout's per-step writer of the current observation's columns: the
-        pipeline's, plus the teacher's labels while its weight is above 0."""
-        pipeline, storage = trainer.pipeline, trainer.storage
-        if trainer.teacher_weight() <= 0:
+        pipeline's, plus a centralised critic's global state column and the
+        teacher's labels while its weight is above 0."""
+        pipeline, storage, critic = trainer.pipeline, trainer.storage, trainer.critic_states
+        writers = [pipeline.observe]
+        if critic is not None:
+            writers.append(critic.write)
+        if trainer.teacher_weight() > 0:
+            label = trainer.kickstarter.label
+            writers.append(lambda storage, step: label(pipeline.obs_view,
+                                                       storage.teacher_actions[step]))
+        if len(writers) == 1:
             return lambda step: pipeline.observe(storage, step)
-        label = trainer.kickstarter.label
 
         def observe(step):
-            pipeline.observe(storage, step)
-            label(pipeline.obs_view, storage.teacher_actions[step])
+            for write in writers:
+                write(storage, step)
         return observe
 
     def time_split(self) -> dict:
@@ -213,9 +226,11 @@ class PinnedRows:
 
 
 class Half:
-    """One half of a split batch: its native block, rows, staging, pipeline, actions."""
+    """One half of a split batch: its native block, rows, staging, pipeline, actions,
+    and a centralised critic's global state column of its rows (None: local critic)."""
 
-    def __init__(self, env, begin: int, device, train_config, mask_slice, staged: bool):
+    def __init__(self, env, begin: int, device, train_config, mask_slice, staged: bool,
+                 critic: str = "local"):
         self.env, self.begin, self.end = env, begin, begin + int(env.num_agents)
         cuda = device.type == "cuda"
         self.rows = PinnedRows(env, pin=cuda) if staged else DirectRows(env)
@@ -225,6 +240,9 @@ class Half:
                                             train_config, mask_slice)
         self.actions = environment.ActionBuffer(env.single_action_space, int(env.num_agents),
                                                 device, pinned=cuda)
+        # Read only between this half's steps (its step is waited for before its rows
+        # are observed), so the block's own state buffers need no staging.
+        self.critic = None if critic == "local" else CriticStates(env, critic, device)
 
     def step(self) -> float:
         """The worker thread's job: this half's env step once its actions are on
@@ -264,7 +282,8 @@ class SplitCollector:
     half's forward (module docstring). `staged` (default: the device is CUDA) routes
     env outputs through `PinnedRows`."""
 
-    def __init__(self, env, device, train_config, mask_slice=None, staged: bool | None = None):
+    def __init__(self, env, device, train_config, mask_slice=None, staged: bool | None = None,
+                 critic: str = "local"):
         device = torch.device(device)
         if staged is None:
             staged = device.type == "cuda"
@@ -272,7 +291,8 @@ class SplitCollector:
         blocks = environment.split_blocks(env)
         self.halves, begin = [], 0
         for block in blocks:
-            self.halves.append(Half(block, begin, device, train_config, mask_slice, staged))
+            self.halves.append(Half(block, begin, device, train_config, mask_slice, staged,
+                                    critic))
             begin += int(block.num_agents)
         self.pipeline = SplitPipeline([half.pipeline for half in self.halves])
         self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="peregrine-env-step")
@@ -308,9 +328,12 @@ class SplitCollector:
                         self._finish(trainer, h, blocks[h], step - 1, states[h])
                         starts[h] = block.dones[step - 1]
                     half.pipeline.observe(block, step)
+                    if half.critic is not None:
+                        half.critic.write(block, step)
                     remember[h](step, states[h], starts[h])
                     actions, logprobs, values, states[h] = act(
-                        block.obs[step], states[h], starts[h], generator, block.step_mask(step))
+                        block.obs[step], states[h], starts[h], generator, block.step_mask(step),
+                        block.step_critic_states(step))
                     block.record(step, actions, logprobs, values)
                     half.actions.write(actions)
                     self.pending[h] = self.worker.submit(half.step)
@@ -335,7 +358,12 @@ class SplitCollector:
         source = half.rows.source
         half.pipeline.receive(block, step, source.observations, source.rewards,
                               source.terminals, source.truncations)
-        bootstrap_truncated(trainer, half.pipeline, block, step, state)
+        bootstrap_truncated(trainer, half.pipeline, block, step, state, half.critic)
+
+    def current_critic_states(self) -> torch.Tensor:
+        """A centralised critic's column of every row's current state (halves in
+        row order)."""
+        return torch.cat([half.critic.current() for half in self.halves])
 
     def _drain(self) -> None:
         """Waits for every submitted step (after an error too: a half must not be

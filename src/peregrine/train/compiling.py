@@ -151,7 +151,7 @@ def compile_trainer(trainer) -> Compiled | None:
     try:
         with torch.no_grad():               # as in the rollout (a grad-mode guard)
             step(storage.obs[0], trainer.lstm_state, trainer.next_starts, generator,
-                 storage.step_mask(0))
+                 storage.step_mask(0), storage.step_critic_states(0))
         epoch = next(iter(storage.flat_minibatches(trainer.config.train.minibatch_size, 1,
                                                    generator)))
         batch, _ = next(epoch)

@@ -110,6 +110,15 @@ class PolicyConfig:
     init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
     action_mask: str = "auto"        # Discrete heads: "auto" = mask invalid actions with the
                                      # env's action_mask_slice (if it has one) | "false"
+    slot_encoder: str = "none"       # "deepsets": the env's repeated observation slots
+    #                                  (DroneSwarm's detections, obstacles) through a
+    #                                  permutation-invariant encoder (policy.py) | "none"
+    slot_size: int = 32              # features per slot group of that encoder
+    critic: str = "local"            # what the value function reads: "local" = the row's own
+    #                                  observation, as the actor | "global" = the env's global
+    #                                  state + agent id + own observation (MAPPO's agent-
+    #                                  specific state) | "state" = the global state alone;
+    #                                  the actor always reads only its row (policy.py)
 
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
@@ -120,6 +129,8 @@ CHOICES = {
     ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),
+    ("policy", "critic"): ("local", "global", "state"),
+    ("policy", "slot_encoder"): ("none", "deepsets"),
 }
 
 
@@ -338,7 +349,7 @@ def validate(config: Config) -> None:
                 ("train.horizon", t.horizon), ("train.minibatch_size", t.minibatch_size),
                 ("train.update_epochs", t.update_epochs), ("train.torch_threads", t.torch_threads),
                 ("policy.hidden_size", p.hidden_size), ("policy.lstm_size", p.lstm_size),
-                ("policy.bptt_horizon", p.bptt_horizon)]
+                ("policy.bptt_horizon", p.bptt_horizon), ("policy.slot_size", p.slot_size)]
     for name, value in positive:
         if not value >= 1:
             raise ValueError(f"{name} must be >= 1, got {value}")
@@ -399,6 +410,15 @@ def validate(config: Config) -> None:
         if unsupported:
             raise ValueError(f"vec.split = {v.split} does not support {', '.join(unsupported)} "
                              f"yet; turn those off or set vec.split = 1")
+    if p.critic != "local":
+        unsupported = [name for name, value in (
+            ("train.overlap", t.overlap), ("vec.backend = 'multiprocessing'",
+                                           v.backend == "multiprocessing")) if value]
+        if unsupported:
+            raise ValueError(f"policy.critic = {p.critic!r} does not support "
+                             f"{', '.join(unsupported)} yet (the global state is written into "
+                             f"the env batch's own buffers); turn those off or set "
+                             f"policy.critic = 'local'")
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
                          f"({t.horizon}) when policy.lstm is true")

@@ -64,10 +64,20 @@ equality everywhere else):
   their running statistics are updated every step, and keeping them equal across
   ranks would cost a collective per step.
 
+Agreement. Before anything else every rank's resolved config (less the settings
+only rank 0 uses: the run folder, progress lines, TensorBoard) goes to every
+rank, and ranks whose configs differ are refused naming the keys: a different
+hidden size or learning rate on one rank would otherwise train silently on the
+shared-memory sums (which check sizes and dtypes on every call too).
+
 Failure. The process group has `train.dist_timeout` seconds on every
 collective; a rank that raises prints its rank and error and exits, and torchrun
-(`--max-restarts 0`) then stops the other ranks (it polls every 0.1 s). Only rank 0
-writes, atomically (checkpoint.save), so the last good checkpoint survives any crash.
+then stops the other ranks (it polls every 0.1 s); the shared-memory sums notice
+a dead rank's process at once. Only rank 0 writes, atomically (checkpoint.save),
+so the last good checkpoint survives any crash. With `--max-restarts K` torchrun
+restarts every rank after a failure, up to K times, and the restarted ranks
+continue from the last checkpoint (run.py); SIGTERM to torchrun reaches every
+rank, which stop after the same update and save (run.py).
 """
 from __future__ import annotations
 
@@ -86,6 +96,14 @@ RANK_KEYS = ("torch_rng", "generator", "next_starts", "env_state", "lstm_state",
              "obs_normalizer", "reward_scaler")
 
 _SEED_STRIDE = 0x9E3779B97F4A7C15
+
+
+def restart_count(environ=os.environ) -> int:
+    """How many times torchrun has restarted this job's ranks (0 outside torchrun)."""
+    try:
+        return int(environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    except ValueError:
+        return 0
 
 
 def launched() -> bool:
@@ -160,6 +178,26 @@ def local_state(state: dict, rank: int = 0, world_size: int = 1) -> dict:
     if world_size == 1:
         return state
     return {**state, **state["ranks"][rank]}
+
+
+class _Unset:
+    def __repr__(self):
+        return "unset"
+
+
+# Settings only rank 0 acts on: they may differ between ranks' command lines.
+RANK_OWN_SETTINGS = ("train.run_dir", "train.progress_interval", "train.tensorboard")
+
+
+def config_differences(configs: list) -> dict:
+    """{key: [value of rank 0, value of rank 1, ...]} for every "section.key" where the
+    ranks' configs (Config.to_dict() of each) differ, RANK_OWN_SETTINGS left out."""
+    flat = [{f"{section}.{key}": value for section, values in config.items()
+             for key, value in values.items()} for config in configs]
+    keys = sorted(set().union(*flat) - set(RANK_OWN_SETTINGS))
+    missing = _Unset()
+    return {key: [values.get(key, missing) for values in flat] for key in keys
+            if any(values.get(key, missing) != flat[0].get(key, missing) for values in flat)}
 
 
 def available_cores() -> int:
@@ -243,6 +281,7 @@ class DataParallel:
         self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
         torch_dist.init_process_group("gloo" if self.backend == "shm" else self.backend,
                                       timeout=timedelta(seconds=t.dist_timeout))
+        self._check_agreement(config)
         self.local = None            # the shared-memory sums ("shm")
         if self.backend == "shm":
             self.local = local_reduce.LocalAllReduce(self.rank, self.world_size, self.broadcast,
@@ -254,6 +293,19 @@ class DataParallel:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def _check_agreement(self, config) -> None:
+        """ValueError on every rank, naming the keys, unless every rank resolved the
+        same config (one all-gather at start)."""
+        configs = [None] * self.world_size
+        torch_dist.all_gather_object(configs, config.to_dict())
+        differences = config_differences(configs)
+        if differences:
+            shown = "; ".join(f"{key}: " + ", ".join(f"rank {rank} {value!r}"
+                                                     for rank, value in enumerate(values))
+                              for key, values in differences.items())
+            raise ValueError(f"the ranks' configs differ in {', '.join(differences)} ({shown}); "
+                             f"every rank must train with the same config")
 
     # ---- seeds ----------------------------------------------------------------
     def env_seed(self, seed: int) -> int:
@@ -371,20 +423,23 @@ class DataParallel:
             torch_dist.destroy_process_group()
 
 
-def launch(nproc: int, argv) -> int:
-    """`peregrine train ... --nproc N`: the same command in N ranks on this machine,
-    started by torch.distributed.run (a standalone c10d rendezvous on a free port)."""
+def launch(nproc: int, argv, max_restarts: int = 0) -> int:
+    """`peregrine train ... --nproc N [--max-restarts K]`: the same command in N ranks
+    on this machine, started by torch.distributed.run (a standalone c10d rendezvous
+    on a free port), restarted up to K times after a failure. A signal that stops
+    the launcher (SIGTERM, SIGINT) is passed to every rank, which save and stop;
+    the exit status is then 128 + the signal's number."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser, run
     args = get_args_parser().parse_args(
-        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", "0",
+        ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
          "-m", "peregrine", "train", *argv])
     try:
         run(args)
     except ChildFailedError as error:
         print(f"peregrine train: {error}", file=sys.stderr, flush=True)
         return 1
-    except SignalException:
-        return 130
+    except SignalException as error:
+        return 128 + int(error.sigval)
     return 0

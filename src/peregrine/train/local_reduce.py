@@ -10,10 +10,19 @@ copies its tensor into its own slot, publishes a sequence number, waits until
 every rank has published the same number, and adds the slots up.
 
 Layout. One segment: a 64-byte line per rank holding that rank's sequence
-number (int64), then two banks of `world_size` slots of `capacity` bytes. Call k
-uses bank k % 2. A rank writes bank k % 2 for call k+2 only after every rank
-has published k+1, which each did after it had finished reading call k's bank:
-two banks and the wait each call makes anyway are all the protection needed.
+number, its pid and one descriptor per bank (int64 each), then two banks of
+`world_size` slots of `capacity` bytes. Call k uses bank k % 2. A rank writes
+bank k % 2 for call k+2 only after every rank has published k+1, which each did
+after it had finished reading call k's bank: two banks and the wait each call
+makes anyway are all the protection needed.
+
+Agreement. With each call a rank publishes what it sums (element count and
+dtype, one int64) beside its sequence number, and after the wait compares every
+rank's with its own: ranks whose tensors differ (a different hidden size on one
+rank) raise ValueError on every rank, naming both sides, instead of adding up
+unrelated bytes. A call too large for the slots is known to be so by every rank at the same
+call (they agree on its size), so they all grow the segment then and sum there.
+It costs two stores and one read of world_size words per call.
 
 Equal results. Every rank adds the slots in rank order (slot 0, then + slot 1,
 ...), so every rank gets the same bits, and the parameters of ranks that apply
@@ -25,8 +34,10 @@ steps up to 1 ms, so a rank that is far ahead costs little CPU. When the ranks
 outnumber the cores they may run on, a waiting rank holds a core another rank
 needs, so it sleeps at once (two DroneSwarm ranks on one core: 125-130k SPS
 sleeping at once, 111k spinning first, 103-121k with gloo). A rank that waits longer than
-`timeout` seconds raises TimeoutError; a rank that dies makes torchrun stop the
-others long before that (as with gloo). Ordering relies on x86's stores being
+`timeout` seconds raises TimeoutError; while sleeping it also looks every 0.1 s
+whether the late ranks' processes (their pids are in the header) still exist,
+and raises at once naming a rank that is gone, so a killed rank does not hold the
+others (and torchrun's restart) for `timeout` seconds. Ordering relies on x86's stores being
 seen in program order (the slot before its sequence number), as
 peregrine.vector.processes does; `supported()` is False elsewhere and the
 trainer keeps gloo there.
@@ -50,6 +61,8 @@ from multiprocessing import resource_tracker, shared_memory
 import numpy as np
 import torch
 
+from ..monitor.metrics import pid_alive
+
 _LINE = 64                       # bytes per sequence number (one cache line each)
 # Waiting: a wait is the other ranks' jitter (one minibatch's backward against
 # another's: 1-2 ms on average with DroneSwarm's ~15 ms gradient steps on two
@@ -60,6 +73,13 @@ _SPIN_SECONDS = 50e-6
 _YIELD_SECONDS = 10e-3
 _MAX_SLEEP = 1e-3                # sleeps double from 10 us up to this
 _MIN_CAPACITY = 1 << 16          # bytes per slot at least
+_LIVENESS_PERIOD = 0.1           # seconds between looks at late ranks' processes
+# Header words of a rank's line: sequence number, pid, descriptor of bank 0, of bank 1.
+_SEQUENCE, _PID, _DESCRIPTOR = 0, 1, 2
+# dtype -> code in a descriptor (count << 8 | code); 0 is "none published yet".
+_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64,
+           torch.int32, torch.int16, torch.int8, torch.uint8, torch.bool)
+_DTYPE_CODES = {dtype: code for code, dtype in enumerate(_DTYPES, start=1)}
 
 
 def supported() -> bool:
@@ -106,9 +126,13 @@ class LocalAllReduce:
         self._barrier()
         self._release()
         self._shm, self._capacity = shm, capacity
-        words = np.frombuffer(shm.buf, np.int64, count=header // 8)
+        lines = np.frombuffer(shm.buf, np.int64, count=header // 8).reshape(self.world_size,
+                                                                             _LINE // 8)
         # Each rank's sequence number, one cache line apart; the new segment starts at 0.
-        self._sequence = words[::_LINE // 8]
+        self._sequence = lines[:, _SEQUENCE]
+        self._pids = lines[:, _PID]
+        self._descriptors = (lines[:, _DESCRIPTOR], lines[:, _DESCRIPTOR + 1])
+        self._pids[self.rank] = os.getpid()
         self._calls = 0
         self._offsets = [[header + (bank * self.world_size + r) * capacity
                           for r in range(self.world_size)] for bank in (0, 1)]
@@ -126,7 +150,7 @@ class LocalAllReduce:
         if self._shm is not None:
             # The slot tensors (torch.frombuffer) do not keep the mapping alive, so
             # they must not outlive it: they never leave this object, and go first.
-            self._sequence = self._views = None
+            self._sequence = self._views = self._pids = self._descriptors = None
             try:
                 self._shm.close()
             except BufferError:
@@ -143,26 +167,49 @@ class LocalAllReduce:
     def all_reduce_(self, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` (CPU, contiguous) becomes the sum of every rank's `tensor`;
         returns it. Every rank must call with the same shape and dtype, in the same
-        order as its other collectives."""
+        order as its other collectives: ValueError on every rank otherwise."""
         if tensor.device.type != "cpu" or not tensor.is_contiguous():
             raise ValueError("the shared-memory all-reduce takes contiguous CPU tensors")
         flat = tensor.view(-1)
-        if flat.numel() == 0:
-            return tensor
-        nbytes = flat.numel() * flat.element_size()
-        if nbytes > self._capacity:
-            self._allocate(2 * nbytes)
+        numel = flat.numel()
+        code = _DTYPE_CODES.get(flat.dtype)
+        if code is None:
+            raise ValueError(f"the shared-memory all-reduce sums {[str(d) for d in _DTYPES]}, "
+                             f"not {flat.dtype}")
+        descriptor = numel << 8 | code
+        fits = numel * flat.element_size() <= self._capacity
         self._calls += 1
         call = self._calls
-        slots = self._slots(call % 2, flat.dtype, flat.numel())
+        bank = call % 2
+        slots = self._slots(bank, flat.dtype, numel) if fits and numel else None
         with torch.no_grad():
-            slots[self.rank].copy_(flat)
+            if slots is not None:
+                slots[self.rank].copy_(flat)
+            self._descriptors[bank][self.rank] = descriptor
             self._sequence[self.rank] = call      # published after the slot's stores
             self._wait(call)
-            flat.copy_(slots[0])
-            for other in slots[1:]:
-                flat.add_(other)
+            published = self._descriptors[bank].tolist()    # world_size ints: ~0.3 us
+            if published.count(descriptor) != self.world_size:
+                self._refuse(call, published)
+            if not fits:        # every rank saw the same size: all grow here, and sum there
+                self._allocate(2 * numel * flat.element_size())
+                return self.all_reduce_(tensor)
+            if slots is not None:
+                flat.copy_(slots[0])
+                for other in slots[1:]:
+                    flat.add_(other)
         return tensor
+
+    def _refuse(self, call: int, descriptors: list) -> None:
+        def what(descriptor):
+            dtype = _DTYPES[(descriptor & 0xFF) - 1] if descriptor & 0xFF else None
+            return f"{descriptor >> 8} {str(dtype).replace('torch.', '')} values"
+        others = [f"rank {r} sums {what(d)}" for r, d in enumerate(descriptors)
+                  if d != descriptors[0]]
+        raise ValueError(f"rank {self.rank}: collective {call}: rank 0 sums "
+                         f"{what(descriptors[0])} but {', '.join(others)}; the ranks' configs "
+                         f"differ (or their calls are out of step), and their sums would be "
+                         f"meaningless")
 
     def _wait(self, call: int) -> None:
         sequence = self._sequence
@@ -170,17 +217,28 @@ class LocalAllReduce:
             return
         start = time.perf_counter()
         pause = 10e-6
+        next_look = start + _LIVENESS_PERIOD
         while True:
             if int(sequence.min()) >= call:
                 return
-            waited = time.perf_counter() - start
+            now = time.perf_counter()
+            waited = now - start
             if self._busy_wait and waited < _SPIN_SECONDS:
                 continue
             if self._busy_wait and waited < _YIELD_SECONDS:
                 os.sched_yield()
                 continue
+            late = [r for r in range(self.world_size) if int(sequence[r]) < call]
+            if now > next_look:
+                next_look = now + _LIVENESS_PERIOD
+                gone = [(r, int(self._pids[r])) for r in late
+                        if self._pids[r] > 0 and not pid_alive(int(self._pids[r]))]
+                if gone:
+                    del sequence
+                    rank, pid = gone[0]
+                    raise RuntimeError(f"rank {self.rank}: rank {rank} (pid {pid}) is gone: its "
+                                       f"process ended before collective {call}")
             if waited > self.timeout:
-                late = [r for r in range(self.world_size) if int(sequence[r]) < call]
                 del sequence    # the traceback must not hold a view: close() could not unmap
                 raise TimeoutError(f"rank {self.rank}: rank(s) {late} did not reach collective "
                                    f"{call} within train.dist_timeout = {self.timeout:g} s")

@@ -47,7 +47,7 @@ class LossStats:
 
 def evaluate_flat(policy, batch, entropy: bool = True) -> Evaluation:
     """An MLP policy on a minibatch of independent samples."""
-    params, values, _ = policy.heads(batch["obs"])
+    params, values, _ = policy.heads(batch["obs"], critic_states=batch.get("critic_states"))
     mask = batch.get("action_mask")
     logprobs, entropies = policy.log_prob_entropy(params, batch["actions"], entropy, mask)
     teacher = None
@@ -60,7 +60,8 @@ def evaluate_segments(policy, batch, entropy: bool = True) -> Evaluation:
     """A recurrent policy replayed over whole segments from their saved state
     (`Policy.replay`: the fused LSTM over every step at once); inputs and outputs
     are time-major, [length, segments]."""
-    params, values = policy.replay(batch["obs"], (batch["h"], batch["c"]), batch["starts"])
+    params, values = policy.replay(batch["obs"], (batch["h"], batch["c"]), batch["starts"],
+                                   batch.get("critic_states"))
     shape, samples = values.shape, values.numel()
 
     def flat(x):  # [length, segments, ...] -> [samples, ...]: the distributions' layout

@@ -87,7 +87,7 @@ class RunLogger:
                 self.writer = MetricsWriter(self.run_dir, [
                     name for name in env_stat_names
                     if name not in ("episode_return", "episode_length")],
-                    world_size=world_size)
+                    world_size=world_size, warn=self._warn)
             except Exception as error:  # noqa: BLE001 - the dashboard is optional
                 self._warn(f"dashboard metrics disabled: {error}")
         self.tensorboard = None

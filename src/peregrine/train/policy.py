@@ -18,6 +18,32 @@ segments with fused multi-step calls (`replay`, exact): on the CPU, forward and
 backward over DroneSwarm's minibatches (512 segments of 16 steps) take half
 the time of the LSTM cell stepped in a Python loop.
 
+The critic (`policy.critic`):
+    "local"   reads what the actor reads (its own row), as above;
+    "global"  a separate MLP over the env's global state of the row's instance,
+              a one-hot of the agent's index in it, and the row's own (policy
+              input) observation: MAPPO's agent-specific global state;
+    "state"   a separate MLP over the global state alone (the same value for
+              every agent of an instance).
+Why "global" is agent-specific: DroneSwarm pays each drone its own reward (its
+exploration, dispersion, owner credit), so one state has as many values as
+drones; the state alone cannot say whose return is asked for. Yu et al. (MAPPO)
+found the agent-specific state as good as or better than the state alone. The
+global state column is assembled by the trainer (train/critic_states.py: state
+and agent id, [rows, critic_state_dim]); the policy appends the observation.
+With the LSTM the critic stays feed-forward (the global state is what memory
+stands in for); the actor is unchanged in every mode, so `act` (evaluation,
+rendering) never needs a state.
+
+Slot encoder (`policy.slot_encoder = "deepsets"`): where the env describes
+repeated slots in its observation (`observation_slots`: DroneSwarm's detection
+and obstacle slots, each group a number of same-shaped slots), the actor's (and
+a local critic's) first layers see each group through a Deep Sets encoder: one
+small MLP applied to every slot, zeroed for an empty (all-zero) slot, and
+summed over the group, beside the other columns as they are. The sum does not
+depend on the order of the slots, so neither does the policy (the env's
+nearest-first order is kept only as the information in each slot's values).
+
 Sampling takes a `torch.Generator`, so a seeded run draws the same actions on
 every run; log-probabilities and entropies are written out by hand rather than
 through `torch.distributions`, which costs several microseconds per call in
@@ -86,6 +112,50 @@ def layer_init(layer: nn.Linear, gain: float) -> nn.Linear:
     return layer
 
 
+class SlotEncoder(nn.Module):
+    """Deep Sets over an observation's repeated slots (module docstring).
+
+    `slots`: ((name, first column, count, width), ...), groups that do not
+    overlap. Output: the columns outside every group, in order, then per group
+    sum over its non-empty slots of phi(slot) ([..., size]); phi is one layer
+    with the policy's activation, one per group."""
+
+    def __init__(self, obs_dim: int, slots, size: int, activation: str):
+        super().__init__()
+        self.groups = [(int(first), int(count), int(width)) for _, first, count, width in slots]
+        covered = set()
+        for name, first, count, width in slots:
+            columns = set(range(int(first), int(first) + int(count) * int(width)))
+            if not columns or min(columns) < 0 or max(columns) >= obs_dim or columns & covered:
+                raise ValueError(f"observation slot group {name!r} ({count} x {width} from "
+                                 f"column {first}) must lie inside the {obs_dim} observation "
+                                 f"columns and not overlap another group")
+            covered |= columns
+        self.register_buffer("rest", torch.tensor(
+            [c for c in range(obs_dim) if c not in covered], dtype=torch.long), persistent=False)
+        self.phis = nn.ModuleList(mlp(width, size, 1, activation)[0]
+                                  for _, _, width in self.groups)
+        self.out_dim = len(self.rest) + size * len(self.groups)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        parts = [x.index_select(-1, self.rest)]
+        for (first, count, width), phi in zip(self.groups, self.phis):
+            slots = x[..., first:first + count * width].unflatten(-1, (count, width))
+            present = (slots != 0).any(-1, keepdim=True).to(x.dtype)
+            parts.append((phi(slots) * present).sum(-2))
+        return torch.cat(parts, -1)
+
+
+def body(in_size: int, hidden: int, layers: int, activation: str, slots=(),
+         slot_size: int = 0) -> tuple[nn.Module, int]:
+    """An MLP, behind a SlotEncoder when `slots` are given (policy.slot_encoder)."""
+    if not slots:
+        return mlp(in_size, hidden, layers, activation)
+    encoder = SlotEncoder(in_size, slots, slot_size, activation)
+    network, size = mlp(encoder.out_dim, hidden, layers, activation)
+    return nn.Sequential(encoder, network), size
+
+
 def mlp(in_size: int, hidden: int, layers: int, activation: str) -> tuple[nn.Module, int]:
     act = {"tanh": nn.Tanh, "relu": nn.ReLU}[activation]
     modules: list[nn.Module] = []
@@ -96,8 +166,15 @@ def mlp(in_size: int, hidden: int, layers: int, activation: str) -> tuple[nn.Mod
     return nn.Sequential(*modules), size
 
 
+CRITICS = ("local", "global", "state")
+
+
 class Policy(nn.Module):
-    def __init__(self, observation_space, action_space, config):
+    def __init__(self, observation_space, action_space, config, critic_state_dim: int = 0,
+                 observation_slots=()):
+        """`critic_state_dim`: width of the global state column a "global" / "state"
+        critic reads (critic_states.py); 0 for a local critic. `observation_slots`:
+        the env's repeated observation slots, read with policy.slot_encoder."""
         super().__init__()
         self.observation_space_desc = describe_space(observation_space)
         self.action_space_desc = describe_space(action_space)
@@ -121,8 +198,26 @@ class Policy(nn.Module):
         self.action_dim = out
         self.use_lstm = bool(config.lstm)
         hidden, layers, activation = config.hidden_size, config.num_layers, config.activation
+        self.critic_kind = getattr(config, "critic", "local")
+        if self.critic_kind not in CRITICS:
+            raise ValueError(f"policy.critic must be one of {list(CRITICS)}, got "
+                             f"{self.critic_kind!r}")
+        self.central = self.critic_kind != "local"
+        if self.central != (critic_state_dim > 0):
+            raise ValueError(f"policy.critic = {self.critic_kind!r} needs "
+                             f"{'a' if self.central else 'no'} global state column, got width "
+                             f"{critic_state_dim}")
+        self.critic_state_dim = int(critic_state_dim)
+        encoder = getattr(config, "slot_encoder", "none")
+        if encoder == "deepsets" and not observation_slots:
+            raise ValueError("policy.slot_encoder = 'deepsets' needs an env that describes "
+                             "repeated observation slots (observation_slots, e.g. DroneSwarm "
+                             "with obs_n_nearest or obs_n_obstacles > 0); this one has none")
+        self.observation_slots = [list(group) for group in observation_slots] \
+            if encoder == "deepsets" else []
+        slots = dict(slots=self.observation_slots, slot_size=getattr(config, "slot_size", 0))
         if self.use_lstm:
-            self.encoder, size = mlp(self.obs_dim, hidden, max(layers, 1), activation)
+            self.encoder, size = body(self.obs_dim, hidden, max(layers, 1), activation, **slots)
             self.lstm = nn.LSTM(size, config.lstm_size)
             for name, parameter in self.lstm.named_parameters():
                 if "bias" in name:
@@ -133,9 +228,21 @@ class Policy(nn.Module):
             actor_in = critic_in = config.lstm_size
             self.actor_body = self.critic_body = None
         else:
-            self.actor_body, actor_in = mlp(self.obs_dim, hidden, layers, activation)
-            self.critic_body, critic_in = mlp(self.obs_dim, hidden, layers, activation)
+            self.actor_body, actor_in = body(self.obs_dim, hidden, layers, activation, **slots)
+            self.critic_body = None
+            if not self.central:
+                self.critic_body, critic_in = body(self.obs_dim, hidden, layers, activation,
+                                                   **slots)
             self.lstm_size = 0
+        self.critic_slots = None
+        if self.central:    # its own MLP over the global state (+ the observation)
+            own = self.obs_dim if self.critic_kind == "global" else 0
+            if own and self.observation_slots:      # the observation's slots as the actor's
+                self.critic_slots = SlotEncoder(self.obs_dim, self.observation_slots,
+                                                slots["slot_size"], activation)
+                own = self.critic_slots.out_dim
+            self.critic_body, critic_in = mlp(critic_state_dim + own, hidden, max(layers, 1),
+                                              activation)
         self.actor_head = layer_init(nn.Linear(actor_in, out), 0.01)
         self.critic_head = layer_init(nn.Linear(critic_in, 1), 1.0)
         if kind == "box":
@@ -167,11 +274,23 @@ class Policy(nn.Module):
                                lstm.bias_ih_l0, lstm.bias_hh_l0)
         return h, (h, c)
 
-    def replay(self, observations, state, starts):
+    def _central_value(self, inputs: torch.Tensor, critic_states) -> torch.Tensor:
+        """The global critic's values: inputs are policy inputs (any leading shape)."""
+        if critic_states is None:
+            raise ValueError(f"this policy's critic (policy.critic = {self.critic_kind!r}) "
+                             f"reads the global state: pass critic_states")
+        if self.critic_kind == "global":
+            if self.critic_slots is not None:
+                inputs = self.critic_slots(inputs)
+            critic_states = torch.cat([critic_states.to(inputs.dtype), inputs], -1)
+        return self.critic_head(self.critic_body(critic_states)).squeeze(-1)
+
+    def replay(self, observations, state, starts, critic_states=None):
         """(action parameters [L, B, ...], values [L, B]) of B rows replayed over L
         steps (time-major, the fused LSTM's own layout) from `state` (h, c of
         [B, lstm_size]), zeroing a row's state at each of its episode starts
         (`starts`, bool [L, B]): the same outputs as `heads` called once per step.
+        A global critic reads `critic_states` ([L, B, critic_state_dim]) instead.
 
         The fused LSTM cannot reset single rows mid-sequence, so the steps are cut
         into chunks at every time index where any row starts an episode; the rows
@@ -180,7 +299,8 @@ class Policy(nn.Module):
         one per step at worst (measured on DroneSwarm's minibatches: ~15% slower than
         one chunk, still faster than the cell's separate ops)."""
         length, rows = starts.shape
-        features = self.encoder(self._input(observations.reshape(length * rows, -1)))
+        inputs = self._input(observations.reshape(length * rows, -1))
+        features = self.encoder(inputs)
         features = features.view(length, rows, -1)
         # One host read per minibatch: where the chunks begin (step 0 always does).
         boundaries = starts.any(1)
@@ -195,6 +315,11 @@ class Policy(nn.Module):
                 output, (h, c) = self.lstm(features[begin:end], (h, c))
             outputs.append(output)
         hidden = outputs[0] if len(outputs) == 1 else torch.cat(outputs)
+        if self.central:
+            values = self._central_value(
+                inputs, None if critic_states is None
+                else critic_states.reshape(length * rows, -1)).view(length, rows)
+            return self.actor_head(hidden), values
         return self.actor_head(hidden), self.critic_head(hidden).squeeze(-1)
 
     def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
@@ -207,18 +332,35 @@ class Policy(nn.Module):
                 state_dict[f"{old}_l0"] = state_dict.pop(old)
         super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
 
-    def heads(self, observations, state=None, starts=None):
-        """(action parameters, values, new state) for one step of rows."""
+    def heads(self, observations, state=None, starts=None, critic_states=None):
+        """(action parameters, values, new state) for one step of rows; a global
+        critic reads `critic_states` ([rows, critic_state_dim])."""
+        params, new_state = self.act(observations, state, starts)
+        return params, self._value(observations, state, starts, critic_states,
+                                   new_state), new_state
+
+    def act(self, observations, state=None, starts=None):
+        """(action parameters, new state): the actor alone, from each row's own
+        observation (what evaluation and rendering run; no global state)."""
         if self.use_lstm:
             features, state = self._core(observations, state, starts)
-            return self.actor_head(features), self.critic_head(features).squeeze(-1), state
-        x = self._input(observations)
-        return (self.actor_head(self.actor_body(x)),
-                self.critic_head(self.critic_body(x)).squeeze(-1), None)
+            return self.actor_head(features), state
+        return self.actor_head(self.actor_body(self._input(observations))), None
 
-    def value(self, observations, state=None, starts=None) -> torch.Tensor:
+    def value(self, observations, state=None, starts=None, critic_states=None) -> torch.Tensor:
+        """Values of one step of rows; a global critic reads `critic_states`."""
+        return self._value(observations, state, starts, critic_states, None)
+
+    def _value(self, observations, state, starts, critic_states, features) -> torch.Tensor:
+        """`value`; a local LSTM critic reads the LSTM's output, and `features` (the
+        new state `act` returned for these rows) saves running it again."""
+        if self.central:
+            return self._central_value(self._input(observations), critic_states)
         if self.use_lstm:
-            features, _ = self._core(observations, state, starts)
+            if features is None:
+                features, _ = self._core(observations, state, starts)
+            else:
+                features = features[0]
             return self.critic_head(features).squeeze(-1)
         return self.critic_head(self.critic_body(self._input(observations))).squeeze(-1)
 

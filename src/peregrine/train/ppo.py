@@ -74,6 +74,7 @@ from . import environment
 from . import torch_startup
 from .advantages import compute_gae
 from .collect import SplitCollector, SyncCollector, policy_step
+from .critic_states import CriticStates, global_state_width
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -99,7 +100,7 @@ def precision_context(precision: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def check_memory(config, rows: int, obs_dim: int) -> None:
+def check_memory(config, rows: int, obs_dim: int, critic_width: int = 0) -> None:
     """MemoryError naming the settings when the rollout storage or the networks
     (a rough upper estimate) cannot fit in RAM: refused before allocating, since
     an overcommitted allocation fails only when first written (the OOM killer)."""
@@ -109,7 +110,7 @@ def check_memory(config, rows: int, obs_dim: int) -> None:
     per_net = (obs_dim + 64) * width + max(p.num_layers - 1, 0) * width ** 2 \
         + (8 * width ** 2 if p.lstm else 0)
     model = 2 * per_net * 4 * 4      # actor + critic; weights, gradients, Adam's two moments
-    storage = t.horizon * rows * (2 * obs_dim + 16) * 4
+    storage = t.horizon * rows * (2 * obs_dim + critic_width + 16) * 4
     ram = physical_memory()
     for what, size in (("the rollout storage (train.horizon x rows)", storage),
                        ("the policy (policy.hidden_size / lstm_size / num_layers)", model)):
@@ -164,9 +165,17 @@ class Trainer:
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
-        check_memory(config, rows, math.prod(env.single_observation_space.shape))
+        # What the native batch describes (vec.split: each half's native block does): a
+        # centralised critic's state column, the observation's repeated slots.
+        native = env if config.vec.split == 1 or (p.critic == "local" and
+                                                  p.slot_encoder == "none") \
+            else environment.split_blocks(env)[0]
+        critic_width = global_state_width(native, p.critic)
+        slots = getattr(native, "observation_slots", ()) if p.slot_encoder != "none" else ()
+        check_memory(config, rows, math.prod(env.single_observation_space.shape), critic_width)
         action_space = env.single_action_space
-        self.policy = policy = Policy(env.single_observation_space, action_space, p).to(device)
+        self.policy = policy = Policy(env.single_observation_space, action_space, p,
+                                      critic_width, slots).to(device)
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
@@ -186,12 +195,16 @@ class Trainer:
             if teacher is not None:     # train.teacher is refused by config validation
                 raise ValueError("vec.split = 2 does not support a teacher (kickstarting) yet; "
                                  "set vec.split = 1")
-            self.collector = SplitCollector(env, device, t, mask_slice)
+            self.collector = SplitCollector(env, device, t, mask_slice, critic=p.critic)
             self.pipeline = self.collector.pipeline
+            self.critic_states = None       # per half (the collector's)
         else:
             pipeline = DeviceObservationPipeline if on_device else ObservationPipeline
             self.pipeline = pipeline(env, observations, device, policy.obs_dim, t, mask_slice)
             self.collector = SyncCollector(env, action_space, rows, device, on_device)
+            # A centralised critic's global state column (enables the env's states).
+            self.critic_states = None if not critic_width else CriticStates(env, p.critic,
+                                                                            device)
         self.autocast = precision_context(t.precision, device)
         if teacher is None:
             teacher = t.teacher or None     # "" = no teacher
@@ -201,7 +214,8 @@ class Trainer:
             action_space.shape, torch.float32 if policy.action_kind == "box" else torch.int64,
             device, action_dim=None if mask_slice is None else policy.action_dim,
             teacher=self.kickstarter is not None,
-            lstm_size=p.lstm_size if policy.use_lstm else 0, bptt=p.bptt_horizon)
+            lstm_size=p.lstm_size if policy.use_lstm else 0, bptt=p.bptt_horizon,
+            critic_width=critic_width)
         # Feed-forward and recurrent policies differ in two places here (and in what
         # the collector stores per step).
         if policy.use_lstm:
@@ -294,10 +308,20 @@ class Trainer:
         t, storage = self.config.train, self.storage
         with self.autocast:
             last_value = self.policy.value(self.pipeline.current(), self.lstm_state,
-                                           self.next_starts).float()
+                                           self.next_starts, self.current_critic_states()
+                                           ).float()
         self._gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
                   t.gae_lambda, out=storage.advantages)
         torch.add(storage.advantages, storage.values, out=storage.returns)
+
+    def current_critic_states(self) -> torch.Tensor | None:
+        """A centralised critic's column for every row's current state (None for a
+        local critic)."""
+        if not self.policy.central:
+            return None
+        if self.critic_states is not None:
+            return self.critic_states.current()
+        return self.collector.current_critic_states()
 
     def learn(self) -> dict:
         """`update_epochs` passes of minibatch steps; returns the losses record."""
@@ -445,6 +469,8 @@ class Trainer:
             "action_space": describe_space(env.single_action_space),
             "config": self.config.to_dict(),
             "policy": self.policy.state_dict(),
+            "critic_state_dim": self.policy.critic_state_dim,
+            "observation_slots": self.policy.observation_slots,
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "generator": self.generator.get_state(),

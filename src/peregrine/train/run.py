@@ -12,12 +12,23 @@ Run directory (default runs/<env>-<UTC time>-s<seed>/):
 Checkpoints are taken only at update boundaries, every
 `train.checkpoint_interval` updates, at the end and on Ctrl-C: the first
 Ctrl-C lets the current update finish (a fraction of a second) and saves, so
-`--resume` continues exactly; a second Ctrl-C stops at once.
+`--resume` continues exactly; a second Ctrl-C stops at once. SIGTERM (what
+Slurm, Kubernetes and torchrun send to preempt a job) takes the same path,
+status "interrupted", and the summary names the signal (the CLI exits with
+128 + 15 = 143); a repeated SIGTERM never escalates, since schedulers may
+send it more than once and follow it with SIGKILL anyway.
+
+One owner: a run and a resume hold the run directory's lock for their life,
+and a new run takes only an empty directory (run_dir.py). A rank that torchrun
+restarted (`--max-restarts`) continues from the run's last checkpoint by itself.
 
 Several ranks (torchrun, `peregrine train --nproc N`; see distributed.py): every
 rank trains, rank 0 alone writes the run directory (its name is broadcast to the
 others); Ctrl-C on the launcher reaches every rank, the ranks agree on the
-update to stop after, and rank 0 saves once with every rank's state.
+update to stop after, and rank 0 saves once with every rank's state. Rank 0
+alone reads the checkpoint on resume and sends it to the others, so after a
+restart the other nodes need no copy of the run directory. A rank dies with
+the launcher that started it (vector/lifetime.py).
 A resumed run first cuts metrics.jsonl and TensorBoard back to the
 checkpoint's update (see metrics.RunLogger), since a crash may have logged
 updates that are redone.
@@ -32,11 +43,13 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
 
+from ..vector.lifetime import die_with_parent, watch_parent
 from . import checkpoint
 from . import distributed
 from .config import Config, load_config, read_toml
 from .metrics import RunLogger
 from .ppo import Trainer
+from .run_dir import RunLock, checkpoint_file, claim_new
 
 
 def new_run_dir(config: Config) -> Path:
@@ -66,10 +79,12 @@ def load_run_config(run_dir: str | os.PathLike[str], overrides: Sequence = ()) -
 
 
 class StopFlag:
-    """Set by the first Ctrl-C (or by the caller); the loop checks it between updates."""
+    """Set by the first Ctrl-C or SIGTERM (or by the caller); the loop checks it
+    between updates. `signal` names the signal that set it first, if one did."""
 
     def __init__(self):
         self.requested = False
+        self.signal: str | None = None
 
     def __call__(self) -> bool:
         return self.requested
@@ -77,20 +92,25 @@ class StopFlag:
 
 def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
           progress: Callable[[dict], None] | None = None, stop: StopFlag | None = None,
-          on_start: Callable[[Path], None] | None = None) -> dict:
+          on_start: Callable[[Path], None] | None = None, overwrite: bool = False) -> dict:
     """Trains until `total_steps`, `stop_return` or a stop request; returns a summary.
 
     `progress(record)` is called every `train.progress_interval` updates;
     `on_start(run_dir)` once the run directory and its config exist.
-    With `resume=True`, `run_dir` must hold a checkpoint to continue from.
+    With `resume=True`, `run_dir` must hold a checkpoint to continue from; without
+    it, `run_dir` must be new or empty unless `overwrite` (run_dir.py).
     """
+    if distributed.launched():     # a rank never outlives the launcher that started it
+        parent = os.getppid()
+        die_with_parent(parent)
+        watch_parent(parent)
     dist = distributed.DataParallel(config) if distributed.launched() else None
     try:
         if dist is None:
-            return _train(config, run_dir, resume, progress, stop, on_start, dist)
+            return _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite)
         # torchrun's error file: the launcher's failure summary shows the traceback.
         from torch.distributed.elastic.multiprocessing.errors import record
-        return record(_train)(config, run_dir, resume, progress, stop, on_start, dist)
+        return record(_train)(config, run_dir, resume, progress, stop, on_start, dist, overwrite)
     except BaseException as error:
         if dist is not None and not isinstance(error, KeyboardInterrupt):
             dist.report_failure(error)
@@ -100,43 +120,86 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume:
             dist.close()
 
 
-def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
+def _on_main(dist, work):
+    """`work()` on rank 0 (or the only process), its result (or its exception,
+    raised) on every rank."""
+    if dist is None:
+        return work()
+    result = error = None
+    if dist.is_main:
+        try:
+            result = work()
+        except Exception as caught:  # noqa: BLE001 - re-raised on every rank below
+            error = caught
+    result, error = dist.broadcast((result, error))
+    if error is not None:
+        raise error
+    return result
+
+
+def _claim(run_dir: Path, resume: bool, overwrite: bool) -> tuple[RunLock, bool]:
+    """The run directory's lock, and whether to resume: a rank restarted by torchrun
+    continues from the run's checkpoint if there is one (and never moves the run
+    aside again); otherwise a new run claims the directory (run_dir.claim_new)."""
+    if resume:
+        return RunLock(run_dir), True
+    if distributed.restart_count() > 0:
+        if checkpoint_file(run_dir).is_file():
+            return RunLock(run_dir), True
+        return claim_new(run_dir), False     # crashed before its first checkpoint
+    return claim_new(run_dir, overwrite), False
+
+
+def _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite) -> dict:
     t = config.train
     main = dist is None or dist.is_main
     if dist is not None:    # rank 0 names the run directory
         run_dir = dist.broadcast(None if run_dir is None else str(run_dir))
     run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
-    if resume:
-        state = distributed.local_state(checkpoint.load(checkpoint_path(run_dir)),
-                                        *((dist.rank, dist.world_size) if dist else ()))
-    elif main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-    if main:
-        (run_dir / "config.toml").write_text(config.to_toml())
-    stop = stop or StopFlag()
-    stopped = stop
-    if dist is not None:    # every rank stops after the same update
-        dist.stop_source = stop
-        stopped = lambda: dist.stopping  # noqa: E731
-    if t.overlap:    # rollouts from an actor process, one update ahead (overlap.py)
-        from .overlap import OverlapTrainer
-        trainer = OverlapTrainer(config, dist=dist)
-    else:
-        trainer = Trainer(config, dist=dist)
-    logger = None
+    lock = None
+
+    def claim():
+        nonlocal lock
+        lock, resuming = _claim(run_dir, resume, overwrite)
+        if not resuming:
+            return None
+        payload = checkpoint.load(checkpoint_path(run_dir))
+        checkpoint.check_resume(payload, config)    # before config.toml is rewritten
+        return payload
+
+    trainer = logger = previous_handlers = None
     status = "crashed"
-    previous_handler = _install_sigint(stop)
-
-    def save():
-        state = trainer.state_dict()
-        if dist is not None:
-            state = dist.gather_state(state)
-        if main:
-            checkpoint.save(checkpoint_path(run_dir), state)
-
     try:
+        payload = _on_main(dist, claim)
+        resume = payload is not None
+        if resume:
+            state = distributed.local_state(payload, *((dist.rank, dist.world_size)
+                                                       if dist else ()))
+            payload = None
+        if main:
+            (run_dir / "config.toml").write_text(config.to_toml())
+        stop = stop or StopFlag()
+        stopped = stop
+        if dist is not None:    # every rank stops after the same update
+            dist.stop_source = stop
+            stopped = lambda: dist.stopping  # noqa: E731
+        if t.overlap:    # rollouts from an actor process, one update ahead (overlap.py)
+            from .overlap import OverlapTrainer
+            trainer = OverlapTrainer(config, dist=dist)
+        else:
+            trainer = Trainer(config, dist=dist)
+        previous_handlers = _install_stop_signals(stop)
+
+        def save():
+            state = trainer.state_dict()
+            if dist is not None:
+                state = dist.gather_state(state)
+            if main:
+                checkpoint.save(checkpoint_path(run_dir), state)
+
         if resume:
             trainer.load_state_dict(state)
+            state = None
         if main:
             # On resume the logs are cut back to the checkpoint: updates logged
             # after it are redone and logged again.
@@ -169,18 +232,22 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist) -> dict:
             "recent_return": trainer.recent_return(), "episodes": trainer.episodes,
             "stopped_at_return": solved_at is not None,
             "checkpoint": str(checkpoint_path(run_dir)),
+            "signal": stop.signal if status == "interrupted" else None,
         }
     except KeyboardInterrupt:
         status = "interrupted"
         raise
     finally:
-        _restore_sigint(previous_handler)
+        _restore_stop_signals(previous_handlers)
         if logger is not None:
             logger.close(status)
             _plot_learning_curve(run_dir)
         if dist is not None:
             dist.stop_source = None
-        trainer.close()
+        if trainer is not None:
+            trainer.close()
+        if lock is not None:
+            lock.release()
 
 
 def _plot_learning_curve(run_dir) -> None:
@@ -194,24 +261,42 @@ def _plot_learning_curve(run_dir) -> None:
         print(f"peregrine train: no learning curve: {error}", file=sys.stderr)
 
 
-def _install_sigint(stop: StopFlag):
+def _install_stop_signals(stop: StopFlag) -> dict | None:
+    """Ctrl-C and SIGTERM request a stop after the current update (and a save).
+    A second Ctrl-C stops at once (KeyboardInterrupt); SIGTERM never escalates.
+    Returns the previous handlers (None off the main thread, where Python allows
+    no handlers)."""
     if threading.current_thread() is not threading.main_thread():
         return None
 
     def handler(signum, frame):
-        if stop.requested:
+        if signum == signal.SIGINT and stop.requested:
             raise KeyboardInterrupt
+        if not stop.requested:
+            stop.signal = signal.Signals(signum).name
         stop.requested = True
 
+    previous = {}
     try:
-        return signal.signal(signal.SIGINT, handler)
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            previous[signum] = signal.signal(signum, handler)
     except ValueError:
-        return None
+        pass
+    return previous
 
 
-def _restore_sigint(previous):
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+def _restore_stop_signals(previous: dict | None) -> None:
+    for signum, handler in (previous or {}).items():
+        signal.signal(signum, handler)
+
+
+def exit_code(summary: dict) -> int:
+    """The CLI's exit status for a run's summary: 0 finished, 130 stopped by Ctrl-C
+    (or by the caller), 128 + N stopped by signal N (143 for SIGTERM)."""
+    if summary["status"] != "interrupted":
+        return 0
+    name = summary.get("signal")
+    return 128 + int(getattr(signal, name)) if name else 130
 
 
 def format_progress(record: dict) -> str:

@@ -13,7 +13,8 @@ in place step by step (`record`), then read by the learner as minibatches:
 
 Optional columns exist only when their feature is on: `action_mask` (the
 valid-action mask the sampling used), `teacher_actions` (kickstarting labels),
-`segment_h` / `segment_c` (LSTM). Minibatches are dicts of tensors keyed by
+`segment_h` / `segment_c` (LSTM), `critic_states` (a centralised critic's global
+state column, critic_states.py). Minibatches are dicts of tensors keyed by
 column name; the learner reads only the keys it needs.
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ SCALARS = ("logprobs", "values", "advantages", "returns")
 class RolloutStorage:
     def __init__(self, horizon: int, rows: int, obs_shape, obs_dtype, action_shape, action_dtype,
                  device, action_dim: int | None = None, teacher: bool = False,
-                 lstm_size: int = 0, bptt: int = 0):
+                 lstm_size: int = 0, bptt: int = 0, critic_width: int = 0):
         self.horizon, self.rows, self.device = horizon, rows, device
         self.size = horizon * rows
         shape = (horizon, rows)
@@ -48,6 +49,8 @@ class RolloutStorage:
             shape + (action_dim,), dtype=torch.bool, device=device)
         self._step_masks = [None] * horizon if self.action_mask is None else list(self.action_mask)
         self.teacher_actions = torch.zeros_like(self.actions) if teacher else None
+        self.critic_states = None if not critic_width else torch.zeros(
+            shape + (critic_width,), device=device)
         self.bptt = bptt
         self.segment_h = self.segment_c = None
         if lstm_size:
@@ -81,6 +84,10 @@ class RolloutStorage:
         """Row `step` of the valid-action mask, or None without masking."""
         return self._step_masks[step]
 
+    def step_critic_states(self, step: int):
+        """Row `step` of the global state column, or None for a local critic."""
+        return None if self.critic_states is None else self.critic_states[step]
+
     def record_state(self, step: int, state, starts) -> None:
         """Recurrent policies: the episode starts of step `step`, and the LSTM state
         where a segment begins (training replays each segment from it)."""
@@ -97,6 +104,8 @@ class RolloutStorage:
             columns.append(("action_mask", self.action_mask))
         if teacher:
             columns.append(("teacher_actions", self.teacher_actions))
+        if self.critic_states is not None:
+            columns.append(("critic_states", self.critic_states))
         return columns
 
     def flat_minibatches(self, size: int, epochs: int, generator, teacher: bool = False):

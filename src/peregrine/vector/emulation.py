@@ -15,8 +15,18 @@ Semantics kept identical to the native envs:
   episode and `observations` already the first of the next;
 * `infos` are dropped (an empty dict, as native); episode statistics are
   `episode_return` and `episode_length`, from `episode_stats()`.
+
+Strict values. What an env returns is checked before it reaches the buffers, the
+same way on every backend (the units are the same objects in Serial and in
+Multiprocessing workers), with the env's index in the message: an observation
+must have its space's shape exactly (a scalar or a size-1 array is not broadcast
+into a Box(4)), a reward must be a finite real number (not NaN, inf, a string or
+None), and `terminated`/`truncated` must be bools (Python's or NumPy's). The
+checks are a few type tests per step, next to a Python env's own step.
 """
 from __future__ import annotations
+
+import math
 
 import numpy as np
 from gymnasium import Env as GymnasiumEnv
@@ -48,16 +58,62 @@ def is_native_batch(env) -> bool:
                                                "single_action_space", "episode_stats"))
 
 
-def emulate(env, buffers=None, seed=None):
-    """The unit for one env object (Gymnasium, PettingZoo parallel, or native batch)."""
+def emulate(env, buffers=None, seed=None, index=0):
+    """The unit for one env object (Gymnasium, PettingZoo parallel, or native batch);
+    `index` is its (first) env's index in the vector env, for error messages."""
     if isinstance(env, GymnasiumEnv):
-        return GymnasiumEmulation(env, buffers=buffers, seed=seed)
+        return GymnasiumEmulation(env, buffers=buffers, seed=seed, index=index)
     if is_native_batch(env):
         return CopiedBatch(env, buffers=buffers, seed=seed)
     if is_parallel_env(env):
-        return PettingZooEmulation(env, buffers=buffers, seed=seed)
+        return PettingZooEmulation(env, buffers=buffers, seed=seed, index=index)
     raise ValueError(f"env must create a gymnasium.Env, a PettingZoo ParallelEnv or a native "
                      f"Peregrine env, got {type(env).__name__}")
+
+
+_REAL = (int, float, np.integer, np.floating)
+_COMMON_REALS = frozenset((float, int, np.float64, np.float32))   # one set lookup
+
+
+def checked_reward(value, where: str, agent=None) -> float:
+    """`value` as a float when it is a finite real number; ValueError naming `where`
+    (and the agent) otherwise. Bools are not rewards (Gymnasium's checker agrees)."""
+    if type(value) in _COMMON_REALS:          # the per-step case: ~100 ns
+        try:
+            number = float(value)
+        except OverflowError:                 # an int beyond float's range
+            number = math.inf
+        if number - number == 0.0:            # false for NaN and +-inf
+            return number
+    if isinstance(value, _REAL) and not isinstance(value, (bool, np.bool_)):
+        try:
+            number = float(value)
+        except OverflowError:
+            number = math.inf
+    elif isinstance(value, np.ndarray) and value.shape == () and value.dtype.kind in "iuf":
+        number = float(value)
+    else:
+        number = None
+    for_agent = "" if agent is None else f" for agent {agent!r}"
+    if number is None:
+        raise ValueError(f"{where} returned a reward{for_agent} that is not a number: "
+                         f"{value!r}")
+    if not math.isfinite(number):
+        raise ValueError(f"{where} returned a reward{for_agent} that is not a finite number: "
+                         f"{number!r}")
+    return number
+
+
+def checked_flag(name: str, value, where: str, agent=None) -> bool:
+    """`value` when it is a bool (Python's, NumPy's, or a 0-d bool array);
+    ValueError naming `where`, the flag and the value otherwise."""
+    if value is True or value is False:
+        return value
+    if isinstance(value, np.bool_) or (isinstance(value, np.ndarray) and value.shape == ()
+                                       and value.dtype == np.bool_):
+        return bool(value)
+    for_agent = "" if agent is None else f" for agent {agent!r}"
+    raise ValueError(f"{where} returned {name} = {value!r}{for_agent}, which is not a bool")
 
 
 class _Accumulator:
@@ -134,8 +190,9 @@ class _Unit:
 class GymnasiumEmulation(_Unit):
     """One Gymnasium env as a one-row batch."""
 
-    def __init__(self, env, buffers=None, seed=None):
+    def __init__(self, env, buffers=None, seed=None, index=0):
         self.env = env
+        self.where = f"env {index}"
         self.flat_observation = FlatObservation(env.observation_space)
         self.flat_action = FlatAction(env.action_space)
         self._init_buffers(self.flat_observation.space, self.flat_action.space, 1, buffers)
@@ -148,7 +205,7 @@ class GymnasiumEmulation(_Unit):
     def reset(self, seed=None):
         observation, _info = self.env.reset() if seed is None else self.env.reset(seed=int(seed))
         self._clear_step_outputs()
-        self._write(observation, self.observations[0])
+        self._write(observation, self.observations[0], self.where)
         self._episode_return, self._episode_length = 0.0, 0
         return self.observations, {}
 
@@ -157,16 +214,16 @@ class GymnasiumEmulation(_Unit):
             self._take_actions(actions)
         observation, reward, terminated, truncated, _info = self.env.step(
             self._to_env(self.actions[0]))
-        try:
-            reward = float(reward)
-        except (TypeError, ValueError):
-            raise ValueError(f"the env returned a reward that is not a number: "
-                             f"{reward!r}") from None
+        where = self.where
+        reward = checked_reward(reward, where)
+        if terminated is not True and terminated is not False:
+            terminated = checked_flag("terminated", terminated, where)
+        if truncated is not True and truncated is not False:
+            truncated = checked_flag("truncated", truncated, where)
         buffers = self.buffers
         if terminated or truncated:
-            terminated = bool(terminated)
             truncated = not terminated
-            self._write(observation, buffers.final_observations[0])
+            self._write(observation, buffers.final_observations[0], where)
             self._stats.record(self._episode_return + reward,
                                float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
@@ -177,7 +234,7 @@ class GymnasiumEmulation(_Unit):
         buffers.rewards[0] = reward
         buffers.terminals[0] = terminated
         buffers.truncations[0] = truncated
-        self._write(observation, buffers.observations[0])
+        self._write(observation, buffers.observations[0], where)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def close(self):
@@ -201,8 +258,9 @@ class PettingZooEmulation(_Unit):
     still live without a flag at that moment are marked truncated.
     """
 
-    def __init__(self, env, buffers=None, seed=None):
+    def __init__(self, env, buffers=None, seed=None, index=0):
         self.env = env
+        self.where = f"env {index}"
         self.possible_agents = list(env.possible_agents)
         if not self.possible_agents:
             raise ValueError("the PettingZoo env has no possible_agents")
@@ -227,7 +285,8 @@ class PettingZooEmulation(_Unit):
     def _start_episode(self, observations):
         self.observations[:] = 0
         for agent, observation in observations.items():
-            self.flat_observation.write(observation, self.observations[self._row[agent]])
+            self.flat_observation.write(observation, self.observations[self._row[agent]],
+                                        self.where)
         self._returns[:] = 0.0
         self._took_part[:] = False
         self._episode_length = 0
@@ -251,21 +310,23 @@ class PettingZooEmulation(_Unit):
         observations, rewards, terminations, truncations, _infos = self.env.step(action_dict)
         self._clear_step_outputs()
         self.masks[:] = False
-        row_of = self._row
+        row_of, where = self._row, self.where
         for agent, observation in observations.items():
             row = row_of[agent]
-            self.flat_observation.write(observation, self.observations[row])
+            self.flat_observation.write(observation, self.observations[row], where)
             self.masks[row] = True
         for agent, reward in rewards.items():
             row = row_of[agent]
+            reward = checked_reward(reward, where, agent)
             self.rewards[row] = reward
-            self._returns[row] += float(reward)
+            self._returns[row] += reward
             self._took_part[row] = True
         for agent, terminated in terminations.items():
-            self.terminals[row_of[agent]] = bool(terminated)
+            self.terminals[row_of[agent]] = checked_flag("terminated", terminated, where, agent)
         for agent, truncated in truncations.items():
             row = row_of[agent]
-            self.truncations[row] = bool(truncated) and not self.terminals[row]
+            self.truncations[row] = (checked_flag("truncated", truncated, where, agent)
+                                     and not self.terminals[row])
         self._episode_length += 1
         episode_over = not self.env.agents
         if episode_over:  # rows still live without a flag were cut short

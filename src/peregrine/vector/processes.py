@@ -46,9 +46,18 @@ hangs (a step that never returns) cannot be told from a slow one, so by
 default the parent waits (Ctrl-C still works); with `timeout=SECONDS` a
 command unanswered for that long raises WorkerTimeoutError, and the workers
 are killed and the segment freed as for a dead worker. `close()`,
-garbage collection, interpreter exit and Ctrl-C stop every worker and unlink
-the segment; workers ignore SIGINT (the parent owns Ctrl-C) and exit on their
-own if the parent disappears.
+garbage collection, interpreter exit and Ctrl-C stop every worker.
+
+Lifetime. Workers ignore SIGINT and SIGTERM: Ctrl-C and a scheduler's
+preemption belong to the parent (a trainer saves its checkpoint through them),
+even where they reach the whole process group. They die with the parent
+instead (lifetime.py): the kernel kills them when it dies (Linux, when the env
+was made on the parent's main thread), and a watcher thread ends them
+otherwise, so a worker stuck inside an env's step is no orphan either. The
+segment's name is unlinked from /dev/shm as soon as every worker has mapped it
+(the mapping lives on until the last process unmaps it), so no way of ending,
+`kill -9` of every process included, leaves it behind; the semaphores' names
+are removed by Python's resource tracker once the parent and workers are gone.
 """
 from __future__ import annotations
 
@@ -61,8 +70,10 @@ import threading
 import time
 import traceback
 import weakref
+from dataclasses import dataclass
 from multiprocessing import connection as mp_connection
 from multiprocessing import get_context, shared_memory
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +81,7 @@ from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
 from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
                      resolve_seed, stats_to_sums)
+from .lifetime import die_with_parent, watch_parent
 from .recipe import EnvRecipe
 
 DONE, STEP, MESSAGE, ERROR, STARTING = 0, 1, 2, 3, 4
@@ -189,23 +201,57 @@ def _flag(buf, offset):
 
 # ---- the worker --------------------------------------------------------------
 
-def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes, worker,
-                 envs_per_worker, envs_per_unit, agents_per_env, rows_per_worker, seed,
-                 conn, wake, done, parent_pid, spin_seconds=_WORKER_SPIN_SECONDS):
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C belongs to the parent
-    shm = shared_memory.SharedMemory(name=shm_name)
-    flag = _flag(shm.buf, flags_offset + worker * _LINE)
-    shutdown = _flag(shm.buf, shutdown_offset)
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything worker `index` of a Multiprocessing env is given when it starts:
+    where its rows and its flag live, what to build there and how to reach the
+    parent. It is the worker process's only argument; multiprocessing pickles it
+    while spawning, which is what lets the pipe end and the semaphores travel."""
+
+    index: int                  # which worker: its rows are [index, index + 1) * rows_per_worker
+    segment_name: str           # the shared-memory segment holding every worker's rows
+    offsets: dict               # buffer name -> (byte offset, shape, dtype string)
+    flags_offset: int           # byte offset of worker 0's command flag (one line per worker)
+    shutdown_offset: int        # byte offset of the shutdown word
+    recipe: bytes               # the EnvRecipe, cloudpickled (a callable may be a lambda)
+    envs_per_worker: int
+    envs_per_unit: int          # envs one call of the user's callable makes (1 when native)
+    agents_per_env: int
+    rows_per_worker: int
+    seed: int | None            # the vector env's seed; every unit derives its own
+    parent_pid: int             # the process that owns the env
+    start_method: str           # multiprocessing's: a forkserver child's parent is the server
+    main_thread: bool           # forked by the parent's main thread (so PDEATHSIG is safe)
+    connection: Any             # this worker's end of its pipe (messages, replies, tracebacks)
+    wake: Any                   # semaphore, parent -> this worker: "look at your flag"
+    done: Any                   # semaphore shared by every worker -> parent: "something finished"
+    spin_seconds: float = _WORKER_SPIN_SECONDS   # busy-wait before sleeping on `wake`
+
+
+def _worker_main(spec: WorkerSpec) -> None:
+    # Ctrl-C and preemption belong to the parent, which stops the workers itself.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    parent = os.getppid()      # the env's process, or the forkserver that forked us
+    if spec.start_method != "forkserver" and parent != spec.parent_pid:
+        return                 # the parent died before this worker got going
+    if spec.main_thread:
+        die_with_parent(parent)
+    watch_parent(parent, _PARENT_CHECK_PERIOD)
+    conn, done = spec.connection, spec.done
+    shm = shared_memory.SharedMemory(name=spec.segment_name)
+    flag = _flag(shm.buf, spec.flags_offset + spec.index * _LINE)
+    shutdown = _flag(shm.buf, spec.shutdown_offset)
     block = views = rows = None
     try:
-        views = _views(shm.buf, offsets)
-        rows = {name: array[worker * rows_per_worker:(worker + 1) * rows_per_worker]
-                for name, array in views.items()}
+        views = _views(shm.buf, spec.offsets)
+        first, stop = spec.index * spec.rows_per_worker, (spec.index + 1) * spec.rows_per_worker
+        rows = {name: array[first:stop] for name, array in views.items()}
         try:
             import cloudpickle
-            recipe = cloudpickle.loads(recipe_bytes)
-            block = recipe.build_block(worker, envs_per_worker, envs_per_unit, agents_per_env,
-                                       rows, seed)
+            recipe = cloudpickle.loads(spec.recipe)
+            block = recipe.build_block(spec.index, spec.envs_per_worker, spec.envs_per_unit,
+                                       spec.agents_per_env, rows, spec.seed)
         except BaseException:
             _report(conn, flag, done)
             return
@@ -213,7 +259,7 @@ def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes,
         done.release()
         step = block.step
         while True:
-            command = _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds)
+            command = _wait_for_command(flag, shutdown, spec.wake, parent, spec.spin_seconds)
             if command == STEP:
                 try:
                     step()
@@ -243,9 +289,9 @@ def _worker_main(shm_name, offsets, flags_offset, shutdown_offset, recipe_bytes,
             pass
 
 
-def _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds):
+def _wait_for_command(flag, shutdown, wake, parent, spin_seconds):
     """Busy-waits a little for STEP/MESSAGE, then sleeps on the wake semaphore;
-    None when it is time to exit (shutdown, or the parent is gone)."""
+    None when it is time to exit (shutdown, or the parent `parent` is gone)."""
     command = flag[0]
     if command == STEP or command == MESSAGE:
         return command
@@ -259,7 +305,7 @@ def _wait_for_command(flag, shutdown, wake, parent_pid, spin_seconds):
         if time.perf_counter() > spin_until:
             # A token means "look again": stale ones (commands caught while
             # spinning) only cost one extra look.
-            if not wake.acquire(timeout=_PARENT_CHECK_PERIOD) and os.getppid() != parent_pid:
+            if not wake.acquire(timeout=_PARENT_CHECK_PERIOD) and os.getppid() != parent:
                 return None  # the parent is gone: nobody will ever send work
     while wake.acquire(False):  # drop tokens of commands already seen
         pass
@@ -313,45 +359,57 @@ class _sigint_deferred:
             signal.pthread_sigmask(signal.SIG_SETMASK, self.previous)
 
 
+@dataclass
+class _WorkerHandle:
+    """The parent's side of one worker."""
+
+    flag: memoryview            # its command flag in the segment
+    process: Any = None
+    connection: Any = None      # the parent's end of its pipe
+    wake: Any = None            # its wake semaphore
+
+
 class _Resources:
-    """Everything that must be freed, reachable without the vector env (for GC)."""
+    """Everything a Multiprocessing env owns, in one place: the segment, its
+    shutdown word, the shared "done" semaphore and one _WorkerHandle per worker.
+    Creation fills it, and `close()` (reached by garbage collection too, without
+    the env) frees all of it, walking the same list."""
 
     def __init__(self):
-        self.processes, self.connections = [], []
         self.shm = None
-        self.flags, self.shutdown = [], None
-        self.wakes = []
+        self.shutdown = None
+        self.done = None
+        self.workers: list[_WorkerHandle] = []
 
     def close(self):
+        workers, self.workers = self.workers, []
         if self.shutdown is not None:
             try:
                 self.shutdown[0] = 1
             except ValueError:
                 pass
-        for wake in self.wakes:
-            wake.release()
-        self.wakes = []
+        for worker in workers:
+            if worker.wake is not None:
+                worker.wake.release()
+        started = [w.process for w in workers if w.process is not None]
         deadline = time.monotonic() + 2.0
-        for process in self.processes:
+        for process in started:
             process.join(max(0.0, deadline - time.monotonic()))
-        for process in self.processes:
-            if process.is_alive():
-                process.terminate()
-                process.join(1.0)
-            if process.is_alive():
+        for process in started:
+            if process.is_alive():     # workers ignore SIGTERM: straight to SIGKILL
                 process.kill()
                 process.join(1.0)
             try:
                 process.close()
             except ValueError:
                 pass
-        self.processes = []
-        for conn in self.connections:
-            conn.close()
-        self.connections = []
-        for view in self.flags + ([self.shutdown] if self.shutdown is not None else []):
-            view.release()
-        self.flags, self.shutdown = [], None
+        for worker in workers:
+            if worker.connection is not None:
+                worker.connection.close()
+            worker.flag.release()
+        if self.shutdown is not None:
+            self.shutdown.release()
+        self.shutdown = self.done = None
         shm, self.shm = self.shm, None
         if shm is not None:
             try:
@@ -399,12 +457,14 @@ class Multiprocessing(VectorBase):
         resources.shm = shared_memory.SharedMemory(create=True, size=size)
         buf = resources.shm.buf
         self._bind(Buffers(**_views(buf, offsets)))
-        resources.flags = [_flag(buf, flags_offset + w * _LINE) for w in range(self.num_workers)]
+        resources.workers = [_WorkerHandle(_flag(buf, flags_offset + w * _LINE))
+                             for w in range(self.num_workers)]
         resources.shutdown = _flag(buf, shutdown_offset)
-        self._flags = resources.flags
+        self._workers = resources.workers
+        # The busy-wait loops read the flags through this tuple (no attribute lookups).
+        self._flags = tuple(worker.flag for worker in self._workers)
         for flag in self._flags:
             flag[0] = STARTING
-        self._connections, self._processes, self._wakes = [], [], []
         self._pending_reply = [False] * self.num_workers
         self._all_workers = list(range(self.num_workers))
         self._unsettled = []     # workers of an interrupted synchronous command
@@ -417,12 +477,15 @@ class Multiprocessing(VectorBase):
         import cloudpickle
         recipe_bytes = cloudpickle.dumps(recipe)
         context = get_context(start_method)
-        self._done = context.Semaphore(0)  # one token per finished command, any worker
+        # one token per finished command, any worker
+        self._done = resources.done = context.Semaphore(0)
         self._enable_exact_state()
         try:
             self._start_workers(context, offsets, flags_offset, shutdown_offset, recipe_bytes,
                                 seed)
             self._wait(list(range(self.num_workers)))
+            # Every worker has mapped the segment: its name can go (see Lifetime).
+            resources.shm.unlink()
         except BaseException:
             self.close()
             raise
@@ -435,37 +498,39 @@ class Multiprocessing(VectorBase):
         main_thread = threading.current_thread() is threading.main_thread()
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN) if main_thread else None
         try:
-            for worker in range(self.num_workers):
+            for index, handle in enumerate(self._workers):
                 parent_conn, child_conn = context.Pipe()
-                wake = context.Semaphore(0)
-                self._wakes.append(wake)
-                self._resources.wakes.append(wake)
-                process = context.Process(
-                    target=_worker_main, daemon=True, name=f"peregrine-worker-{worker}",
-                    args=(self._resources.shm.name, offsets, flags_offset, shutdown_offset,
-                          recipe_bytes, worker, self.envs_per_worker, self.envs_per_unit,
-                          self.agents_per_env, self.rows_per_worker, seed, child_conn,
-                          wake, self._done, os.getpid(), _WORKER_SPIN_SECONDS))
-                process.start()
-                child_conn.close()
-                self._connections.append(parent_conn)
-                self._processes.append(process)
-                self._resources.connections.append(parent_conn)
-                self._resources.processes.append(process)
+                handle.wake = context.Semaphore(0)
+                handle.connection = parent_conn
+                spec = WorkerSpec(
+                    index=index, segment_name=self._resources.shm.name, offsets=offsets,
+                    flags_offset=flags_offset, shutdown_offset=shutdown_offset,
+                    recipe=recipe_bytes, envs_per_worker=self.envs_per_worker,
+                    envs_per_unit=self.envs_per_unit, agents_per_env=self.agents_per_env,
+                    rows_per_worker=self.rows_per_worker, seed=seed, parent_pid=os.getpid(),
+                    start_method=context.get_start_method(), main_thread=main_thread,
+                    connection=child_conn, wake=handle.wake, done=self._done)
+                process = context.Process(target=_worker_main, args=(spec,), daemon=True,
+                                          name=f"peregrine-worker-{index}")
+                try:
+                    process.start()
+                finally:
+                    child_conn.close()
+                handle.process = process
         finally:
             if main_thread:
                 signal.signal(signal.SIGINT, previous)
 
     # ---- waiting -------------------------------------------------------------------
     def _check_alive(self):
-        sentinels = [p.sentinel for p in self._processes]
+        sentinels = [w.process.sentinel for w in self._workers]
         dead = mp_connection.wait(sentinels, timeout=0)
         if not dead:
             return
         worker = sentinels.index(dead[0])
         if self._flags[worker][0] == ERROR:
             return  # it reported an error before exiting: let the caller read it
-        process = self._processes[worker]
+        process = self._workers[worker].process
         process.join(0.1)
         code, pid = process.exitcode, process.pid
         how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None
@@ -522,13 +587,13 @@ class Multiprocessing(VectorBase):
         for worker in finished:
             if self._pending_reply[worker]:
                 self._pending_reply[worker] = False
-                status, payload = self._connections[worker].recv()
+                status, payload = self._workers[worker].connection.recv()
                 self._replies[worker] = payload
         if errors:
             messages = []
             for worker in errors:
                 self._pending_reply[worker] = False
-                _status, text = self._connections[worker].recv()
+                _status, text = self._workers[worker].connection.recv()
                 flags[worker][0] = DONE
                 messages.append(f"--- worker {worker} ---\n{text}")
             self._inflight = [w for w in self._inflight if w not in errors]
@@ -536,9 +601,9 @@ class Multiprocessing(VectorBase):
         return finished
 
     def _timed_out(self, pending):
-        pids = [self._processes[w].pid for w in pending]
+        pids = [self._workers[w].process.pid for w in pending]
         for worker in pending:   # a hung worker would not see the shutdown word
-            self._processes[worker].kill()
+            self._workers[worker].process.kill()
         self.close()
         raise WorkerTimeoutError(f"worker(s) {pending} (pid {pids}) did not answer within "
                                  f"timeout={self._timeout:g} s; they were stopped and the "
@@ -558,10 +623,11 @@ class Multiprocessing(VectorBase):
         # pipe from the flags: hold SIGINT back for those few microseconds.
         with _sigint_deferred():
             for worker in workers:
-                self._connections[worker].send(message)
+                handle = self._workers[worker]
+                handle.connection.send(message)
                 self._pending_reply[worker] = True
-                self._flags[worker][0] = MESSAGE
-                self._wakes[worker].release()
+                handle.flag[0] = MESSAGE
+                handle.wake.release()
         self._finish(workers)
         return [self._replies[w] for w in workers]
 
@@ -607,9 +673,9 @@ class Multiprocessing(VectorBase):
             self.actions[...] = actions
         workers = self._all_workers
         self._unsettled = workers
-        for flag, wake in zip(self._flags, self._wakes):
-            flag[0] = STEP
-            wake.release()
+        for handle in self._workers:
+            handle.flag[0] = STEP
+            handle.wake.release()
         self._finish(workers)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
@@ -639,8 +705,9 @@ class Multiprocessing(VectorBase):
             self.actions[self._rows(batch)] = actions
         self._inflight.extend(batch)  # first: an interrupted loop below loses nothing
         for worker in batch:
-            self._flags[worker][0] = STEP
-            self._wakes[worker].release()
+            handle = self._workers[worker]
+            handle.flag[0] = STEP
+            handle.wake.release()
 
     def recv(self) -> tuple:
         """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
@@ -721,7 +788,7 @@ class Multiprocessing(VectorBase):
 
     @property
     def worker_pids(self):
-        return [p.pid for p in self._processes]
+        return [w.process.pid for w in self._workers]
 
     def close(self) -> None:
         """Stops every worker and frees the shared memory; idempotent."""

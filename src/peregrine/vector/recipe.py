@@ -78,7 +78,8 @@ class EnvRecipe:
             for j in range(units_per_block):
                 index = block_index * units_per_block + j
                 rows = slice_buffers_from(buffers, j * rows_per_unit, (j + 1) * rows_per_unit)
-                units.append(emulate(self.env(), buffers=rows, seed=unit_seed(seed, index)))
+                units.append(emulate(self.env(), buffers=rows, seed=unit_seed(seed, index),
+                                     index=index * envs_per_unit))
                 indices.append(index)
         except BaseException:
             for unit in units:

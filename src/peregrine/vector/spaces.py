@@ -64,12 +64,14 @@ class FlatObservation:
     def __init__(self, space):
         self.source_space = space
         self.fields = []  # (path, offset, size)
+        self._shapes = []  # each field's leaf shape
         lows, highs, offset = [], [], 0
         all_leaves = list(leaves(space))
         for path, leaf in all_leaves:
             shape, low, high = _leaf_bounds(leaf)
             size = int(np.prod(shape))
             self.fields.append((path, offset, size))
+            self._shapes.append(tuple(shape))
             lows.append(low)
             highs.append(high)
             offset += size
@@ -86,20 +88,30 @@ class FlatObservation:
         self._flat_leaf = (self._simple and isinstance(all_leaves[0][1], spaces.Box)
                            and len(all_leaves[0][1].shape) == 1)
 
-    def write(self, value, row: np.ndarray) -> None:
+    def write(self, value, row: np.ndarray, where: str = "the env") -> None:
         """Writes one observation into the 1-D row (casts; no allocation for Box leaves).
-        ValueError naming the space when the env's observation does not fit it."""
+        Each leaf must have its space's shape exactly: nothing is broadcast (a scalar
+        is not four equal values). ValueError naming `where` and the space otherwise."""
         try:
             if self._simple:
+                shape = self._shapes[0]
+                if getattr(value, "shape", None) != shape and np.shape(value) != shape:
+                    raise ValueError(f"expected shape {shape}")
                 row[...] = value if self._flat_leaf else np.ravel(value)
                 return
-            for path, offset, size in self.fields:
-                row[offset:offset + size] = np.ravel(_get(value, path))
+            for (path, offset, size), shape in zip(self.fields, self._shapes):
+                leaf = _get(value, path)
+                if getattr(leaf, "shape", None) != shape and np.shape(leaf) != shape:
+                    raise ValueError(f"{'/'.join(map(str, path))} has shape {np.shape(leaf)}, "
+                                     f"expected {shape}")
+                row[offset:offset + size] = np.ravel(leaf)
         except (ValueError, TypeError, KeyError, IndexError) as error:
-            shape = getattr(value, "shape", None)
-            raise ValueError(f"the env returned an observation{'' if shape is None else f' of shape {shape}'} "
-                             f"that does not fit its observation_space {self.source_space}: "
-                             f"{error}") from None
+            try:
+                shape = f" of shape {np.shape(value)}"
+            except (ValueError, TypeError):     # a ragged nesting has no shape
+                shape = ""
+            raise ValueError(f"{where} returned an observation{shape} that does not fit its "
+                             f"observation_space {self.source_space}: {error}") from None
 
 
 def unflatten(flat, space, cast: bool = False):

@@ -143,6 +143,27 @@ fields when n_obstacles = 0):
 reference.decode_state(values, config) returns these as named arrays and
 encode_state does the reverse. set_state refuses inconsistent values and
 rewrites the instance's observations (no detections).
+
+Global state (`enable_states()`, float32 [num_envs, state_dim], every value in
+[-1, 1]; written only once enabled; what a centralised critic reads, not the
+exact state above). L = world_size, T = max_steps; state_dim = 4 + 7n + 6m +
+5 * n_obstacles:
+
+    offset                 field
+    0                      step counter / T
+    1                      r_comm of this episode / L
+    2                      p_comm_drop of this episode
+    3                      cells visited by any drone / all cells
+    4 + 7*d + k            drone d, k: 0 x/L, 1 y/L, 2 battery, 3 connected (0/1),
+                           4 last_comm_age / T, 5 scanned last step (0/1),
+                           6 its report, as the obs_report column (0 when it owns
+                           no confirmed, undelivered victim)
+    4 + 7n + 6*v + k       victim v, k: 0 x/L, 1 y/L, 2 confirmed (0/1),
+                           3 delivered (0/1), 4 (window + 1) / (m_deliver + 1)
+                           while confirmed, else 0, 5 confirmation progress /
+                           t_confirm of this episode
+    4 + 7n + 6m + 5*o + k  obstacle slot o: 0 present (0/1), 1 x0/L, 2 y0/L,
+                           3 x1/L, 4 y1/L (zero when absent; placed ones first)
 """
 from __future__ import annotations
 
@@ -168,6 +189,29 @@ HEADER_SIZE = 7
 DRONE_FIELDS = 7
 VICTIM_FIELDS = 8
 OBSTACLE_FIELDS = 5
+# the global state's blocks (drone_swarm.h, DS_STATE_*; layout in the module docstring)
+STATE_HEADER = 4
+STATE_DRONE = 7
+STATE_VICTIM = 6
+STATE_OBSTACLE = 5
+
+
+def observation_slots(config) -> tuple[tuple[str, int, int, int], ...]:
+    """The repeated slots of a drone's observation, (name, first column, slots,
+    columns per slot), for permutation-invariant encoders (policy.slot_encoder):
+    the detection slots (dx, dy, p) after the 10 own features, then the obstacle
+    slots (x0, y0, x1, y1); an empty slot is all zeros. Groups with no slot are
+    left out. The layout is the module docstring's (drone_swarm.h writes it)."""
+    k, k_obstacles = int(config["obs_n_nearest"]), int(config["obs_n_obstacles"])
+    groups = (("detections", 10, k, 3), ("obstacles", 10 + 3 * k, k_obstacles, 4))
+    return tuple(group for group in groups if group[2] > 0)
+
+
+def global_state_dim(config) -> int:
+    """Width of the global state for a config (the C header's pg.state_dim)."""
+    return (STATE_HEADER + STATE_DRONE * int(config["n_drones"])
+            + STATE_VICTIM * int(config["n_victims"])
+            + STATE_OBSTACLE * int(config.get("n_obstacles", 0)))
 
 
 def cells_per_side(config) -> int:
@@ -273,6 +317,11 @@ class DroneSwarm(NativeEnv):
 
     def observation_bounds(self):
         return -1.0, 1.0
+
+    @property
+    def observation_slots(self) -> tuple[tuple[str, int, int, int], ...]:
+        """The observation's repeated slots (see `observation_slots`)."""
+        return observation_slots(self.config)
 
     @property
     def state_layout(self) -> dict:

@@ -71,6 +71,13 @@ PG_GPU_STACK(40960, "per-instance block scratch sized for 64 drones and 128 vict
 #define DS_HEADER 7
 #define DS_DRONE_FIELDS 7
 #define DS_VICTIM_FIELDS 8
+/* The global state for a centralised critic (env_global_state, layout in the
+ * package docstring): a header, then per drone, per victim, per obstacle slot. */
+#define ENV_GLOBAL_STATE 1
+#define DS_STATE_HEADER 4
+#define DS_STATE_DRONE 7
+#define DS_STATE_VICTIM 6
+#define DS_STATE_OBSTACLE 5
 
 /* X(name, default, min, max, is_integer); mirrored by CONFIG_FIELDS in
  * __init__.py (a test checks they agree). -1 in base_x/base_y means the
@@ -366,6 +373,8 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     pg->agents_per_env = env->n;
     pg->action_kind = PG_ACTION_CONTINUOUS;
     pg->action_dim = 3;
+    pg->state_dim = DS_STATE_HEADER + DS_STATE_DRONE * env->n + DS_STATE_VICTIM * env->m +
+                    DS_STATE_OBSTACLE * env->n_obstacles;
 
     size_t envs = (size_t)pg->num_envs, drones = envs * (size_t)env->n;
     size_t victims = envs * (size_t)env->m;
@@ -913,19 +922,31 @@ PG_DEVICE static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjac
  *   The base vector alone points a far drone past a relay chain.
  * - obs_drone_id: the drone's index d / (n_drones - 1) (0 with one drone), so
  *   one shared policy can give drones different roles. */
+PG_DEVICE static inline float ds_window_left(const Env *env, int i, int32_t window) {
+    return (float)(window + 1) * (1.0f / (float)(env->ep_m_deliver[i] + 1));
+}
+
+/* Each drone's report (the obs_report column and the global state): 0 when it
+ * owns no confirmed, undelivered victim, else ds_window_left of its most urgent
+ * one; drone d's value at out[d * stride]. */
+PG_DEVICE static void ds_report_levels(const Env *env, int i, float *out, size_t stride) {
+    const int n = env->n, m = env->m;
+    const size_t ov = (size_t)i * m;
+    for (int d = 0; d < n; d++) out[(size_t)d * stride] = 0.0f;
+    for (int v = 0; v < m; v++) {
+        if (env->status[ov + v] != DS_CONFIRMED) continue;
+        float *slot = out + (size_t)env->owner[ov + v] * stride;
+        float left = ds_window_left(env, i, env->window[ov + v]);
+        if (*slot == 0.0f || left < *slot) *slot = left;
+    }
+}
+
 PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
-    const int n = env->n, m = env->m, dim = env->obs_dim;
-    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    const int n = env->n, dim = env->obs_dim;
+    const size_t od = (size_t)i * n;
     float *tail = obs + od * dim + (dim - env->report - 3 * env->network - env->drone_id);
     if (env->report) {
-        const float scale = 1.0f / (float)(env->ep_m_deliver[i] + 1);
-        for (int d = 0; d < n; d++) tail[(size_t)d * dim] = 0.0f;
-        for (int v = 0; v < m; v++) {
-            if (env->status[ov + v] != DS_CONFIRMED) continue;
-            float *slot = tail + (size_t)env->owner[ov + v] * dim;
-            float left = (float)(env->window[ov + v] + 1) * scale;
-            if (*slot == 0.0f || left < *slot) *slot = left;
-        }
+        ds_report_levels(env, i, tail, (size_t)dim);
         tail++;
     }
     if (env->network) {
@@ -991,6 +1012,50 @@ PG_DEVICE static void ds_observe_state(const Env *env, int i) {
     float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
     ds_pairs(env, i, ds_alive_mask(env, i), r2, count, nearest2, adjacency);
     ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
+}
+
+/* ---- the global state ------------------------------------------------------------
+ * What a centralised critic reads (pg_env.h, ENV_GLOBAL_STATE): the whole
+ * instance, every value in [-1, 1]. Layout in the package docstring. */
+PG_DEVICE static void env_global_state(const Env *env, int i, float *out) {
+    const int n = env->n, m = env->m;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    const float size = env->world_size, max_steps = (float)env->max_steps;
+    int explored = 0;
+    const uint64_t *visited = env->visited + (size_t)i * env->words64;
+    for (int w = 0; w < env->words64; w++) explored += pg_popcount64(visited[w]);
+    out[0] = pg_clampf((float)env->step[i] / max_steps, -1.0f, 1.0f);
+    out[1] = pg_clampf(env->ep_r_comm[i] / size, -1.0f, 1.0f);
+    out[2] = env->ep_p_drop[i];
+    out[3] = (float)explored / (float)env->cells;
+    float *drone = out + DS_STATE_HEADER;
+    ds_report_levels(env, i, drone + 6, DS_STATE_DRONE);
+    for (int d = 0; d < n; d++, drone += DS_STATE_DRONE) {
+        drone[0] = pg_clampf(env->x[od + d] / size, -1.0f, 1.0f);
+        drone[1] = pg_clampf(env->y[od + d] / size, -1.0f, 1.0f);
+        drone[2] = env->battery[od + d];
+        drone[3] = env->connected[od + d];
+        drone[4] = pg_clampf((float)env->age[od + d] / max_steps, -1.0f, 1.0f);
+        drone[5] = (float)env->scanning[od + d];
+    }
+    float *victim = drone;
+    const float t_confirm = (float)env->ep_t_confirm[i];
+    for (int v = 0; v < m; v++, victim += DS_STATE_VICTIM) {
+        const int32_t status = env->status[ov + v];
+        victim[0] = pg_clampf(env->vx[ov + v] / size, -1.0f, 1.0f);
+        victim[1] = pg_clampf(env->vy[ov + v] / size, -1.0f, 1.0f);
+        victim[2] = status == DS_CONFIRMED ? 1.0f : 0.0f;
+        victim[3] = status == DS_DELIVERED ? 1.0f : 0.0f;
+        victim[4] = status == DS_CONFIRMED ? ds_window_left(env, i, env->window[ov + v]) : 0.0f;
+        victim[5] = pg_clampf((float)env->progress[ov + v] / t_confirm, -1.0f, 1.0f);
+    }
+    float *slot = victim;
+    const float *ob = ds_obstacles_of(env, i);
+    for (int o = 0; o < env->n_obstacles; o++, slot += DS_STATE_OBSTACLE) {
+        const int present = o < env->obstacle_count[i];
+        slot[0] = present ? 1.0f : 0.0f;
+        for (int f = 0; f < 4; f++) slot[1 + f] = present ? ob[4 * o + f] / size : 0.0f;
+    }
 }
 
 /* ---- reset -------------------------------------------------------------------- */
@@ -1398,6 +1463,8 @@ PG_DEVICE static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t
         float *obs = (float *)pg->observations;
         memcpy((float *)pg->final_observations + od * dim, obs + od * dim,
                (size_t)n * dim * sizeof(float));
+        if (pg->final_states)
+            env_global_state(env, i, pg->final_states + (size_t)i * (size_t)pg->state_dim);
         ds_record_episode(env, i);
         ds_reset_instance(env, i);
     }

@@ -83,7 +83,6 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
                                    for agent in self.possible_agents}
         self.action_spaces = {agent: self._env.single_action_space for agent in self.possible_agents}
         self.state_space = self._make_state_space()
-        self._rows = self._env.observations   # the rows state() reads: see step()
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self.observation_spaces[agent]
@@ -101,7 +100,6 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
         observations, _ = self._env.reset(seed=seed)
         self._env.instance_stats(clear=True)
         self.agents = list(self.possible_agents)
-        self._rows = self._env.observations
         if self.render_mode == "human":
             self.render()
         return self._observations(observations), {agent: {} for agent in self.agents}
@@ -126,7 +124,6 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
         _, rewards, terminals, truncations, _ = self._env.step(buffer)
         ended = bool(terminals[0] or truncations[0])  # every drone ends with its instance
         rows = self._env.final_observations if ended else self._env.observations
-        self._rows = rows
         observations = self._observations(rows)
         reward = {agent: float(rewards[i]) for agent, i in self._index.items()}
         terminated = {agent: bool(terminals[i]) for agent, i in self._index.items()}
@@ -162,22 +159,22 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
         return None
 
     # ---- the global state (PettingZoo's state() / state_space) ----------------------------
-    # What a centralised critic reads. For now the observations of every drone,
-    # concatenated in agent order: bounded in [-1, 1] like each observation, and
-    # what a decentralised swarm knows between them. The env's own normalised
-    # global state (every drone, victim and obstacle; the multi-agent issue)
-    # replaces these two methods and nothing else.
     def _make_state_space(self) -> spaces.Box:
-        single = self._env.single_observation_space
-        return spaces.Box(np.tile(single.low, len(self.possible_agents)),
-                          np.tile(single.high, len(self.possible_agents)),
-                          dtype=single.dtype)
+        """The env's own global state (every drone, victim and obstacle, the time;
+        package docstring, "Global state"), written by the batch from now on: one
+        instance, so writing it costs next to nothing."""
+        self._env.enable_states()
+        return self._env.single_state_space
 
     def state(self) -> np.ndarray:
-        """The global state now: every drone's observation in agent order, flat
-        float32 (the final ones after the step that ended an episode); an
-        element of state_space. The exact simulator state is exact_state()."""
-        return self._rows.reshape(-1).copy()
+        """The global state: float32 [state_dim] in `state_space` ([-1, 1]), every
+        drone and victim and the time, normalised for learning, for a centralised
+        critic. After the step that ended an episode it is the state the episode
+        ended on, like the observations that step returned. The exact simulator
+        state is exact_state()."""
+        batch = self._env
+        ended = bool(batch.terminals[0] or batch.truncations[0])   # cleared by reset
+        return (batch.final_states if ended else batch.states)[0].copy()
 
     def exact_state(self) -> np.ndarray:
         """The instance's exact state (flat float64; layout in the package

@@ -20,7 +20,8 @@ import numpy as np
 
 from ..native.batch import EpisodeStats
 from ..reference.rng import Streams
-from . import OBSTACLE_FIELDS, STAT_NAMES, DroneSwarm, state_layout
+from . import (OBSTACLE_FIELDS, STAT_NAMES, STATE_DRONE, STATE_HEADER, STATE_VICTIM, DroneSwarm,
+               global_state_dim, state_layout)
 
 f32 = np.float32
 DRONE_SPAWN_TRIES = 64
@@ -164,6 +165,10 @@ class DroneSwarmReference:
 
         self.observations = np.zeros((E * n, self.obs_dim), np.float32)
         self.final_observations = np.zeros((E * n, self.obs_dim), np.float32)
+        # the global state (package docstring), always kept here
+        self.state_dim = global_state_dim(c)
+        self.states = np.zeros((E, self.state_dim), np.float32)
+        self.final_states = np.zeros((E, self.state_dim), np.float32)
         self.episodes: list[tuple[float, ...]] = []  # one row of STAT_NAMES per finished episode
         self.streams = Streams(seed, E)
         self.reset(seed)
@@ -494,6 +499,39 @@ class DroneSwarmReference:
         obs = np.clip(obs, f32(-1), f32(1))
         rows = (idx[:, None] * n + np.arange(n)).ravel()
         self.observations[rows] = obs.reshape(-1, self.obs_dim)
+        self.states[idx] = self._global_states(idx)
+
+    def _global_states(self, idx):
+        """float32 [E', state_dim]: the global state of instances idx (package docstring)."""
+        n, m, size, steps = self.n, self.m, self.world_size, f32(self.max_steps)
+        out = np.zeros((idx.size, self.state_dim), np.float32)
+        out[:, 0] = self.step_count[idx].astype(np.float32) / steps
+        out[:, 1] = self.ep_r_comm[idx] / size
+        out[:, 2] = self.ep_p_drop[idx]
+        out[:, 3] = self.visited[idx].sum(axis=1).astype(np.float32) / f32(self.cells)
+        drones = np.stack([self.x[idx] / size, self.y[idx] / size, self.battery[idx],
+                           self.connected[idx].astype(np.float32),
+                           self.age[idx].astype(np.float32) / steps,
+                           self.scanning[idx].astype(np.float32), self._report_column(idx)],
+                          axis=2)
+        status = self.status[idx]
+        scale = f32(1) / (self.ep_m_deliver[idx] + 1).astype(np.float32)
+        left = (self.window[idx] + 1).astype(np.float32) * scale[:, None]
+        progress = self.progress[idx].astype(np.float32) / \
+            self.ep_t_confirm[idx].astype(np.float32)[:, None]
+        victims = np.stack([self.vx[idx] / size, self.vy[idx] / size,
+                            (status == CONFIRMED).astype(np.float32),
+                            (status == DELIVERED).astype(np.float32),
+                            np.where(status == CONFIRMED, left, f32(0)), progress], axis=2)
+        present = np.arange(self.n_obstacles)[None, :] < self.obstacle_count[idx][:, None]
+        obstacles = np.concatenate([present[..., None].astype(np.float32),
+                                    np.where(present[..., None], self.obstacles[idx] / size,
+                                             f32(0))], axis=2)
+        first = STATE_HEADER + STATE_DRONE * n
+        out[:, STATE_HEADER:first] = drones.reshape(idx.size, -1)
+        out[:, first:first + STATE_VICTIM * m] = victims.reshape(idx.size, -1)
+        out[:, first + STATE_VICTIM * m:] = obstacles.reshape(idx.size, -1)
+        return np.clip(out, f32(-1), f32(1))
 
     # ---- the step -------------------------------------------------------------
     def step(self, actions):
@@ -648,6 +686,7 @@ class DroneSwarmReference:
         if done.size:
             rows = (done[:, None] * n + np.arange(n)).ravel()
             self.final_observations[rows] = self.observations[rows]
+            self.final_states[done] = self.states[done]
             for e in done:
                 self.episodes.append(self._episode_stats(e))
             self._reset_instances(done)

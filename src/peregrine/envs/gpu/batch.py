@@ -111,6 +111,10 @@ class _CpuKernels:
     def push(self) -> None:
         """The host batch -> device state (the same memory)."""
 
+    def attach_states(self, states, final_states) -> None:
+        """The host batch writes the global state into the tensors' memory."""
+        self.host.enable_states(states.numpy(), final_states.numpy())
+
 
 class _CudaKernels:
     """device="cuda": the NVRTC build of the header, one thread per instance.
@@ -141,6 +145,9 @@ class _CudaKernels:
                                       "cuModuleGetFunction(pg_step)")
         self.reset_kernel = gpu._check(driver.cuModuleGetFunction(self.module, b"pg_reset"),
                                        "cuModuleGetFunction(pg_reset)")
+        self.states_kernel = gpu._check(driver.cuModuleGetFunction(self.module, b"pg_states"),
+                                        "cuModuleGetFunction(pg_states)")
+        self.state_buffers = None       # (states, final_states) once attached
         self.device_arrays = [torch.empty(array.nbytes, dtype=torch.uint8, device=device)
                               for _, array in arrays.arrays]
         struct_bytes = bytearray(ctypes.string_at(arrays.address, arrays.size))
@@ -158,7 +165,8 @@ class _CudaKernels:
         kernel_max_threads = min(
             gpu._check(driver.cuFuncGetAttribute(
                 driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, kernel),
-                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel))
+                "cuFuncGetAttribute") for kernel in (self.step_kernel, self.reset_kernel,
+                                                      self.states_kernel))
         self.blocks, self.threads = gpu.launch_config(host.num_envs,
                                                       kernel_max_threads=kernel_max_threads)
         self.push()
@@ -217,6 +225,20 @@ class _CudaKernels:
             tensor.copy_(self.torch.from_numpy(array))
         for name in BUFFER_NAMES:
             self.buffers[name].copy_(self.torch.from_numpy(getattr(self.host, name)))
+        if self.state_buffers is not None:    # the states of the instances just written
+            self._launch(self.states_kernel, (self.env_struct.data_ptr(), ctypes.c_void_p))
+
+    def attach_states(self, states, final_states) -> None:
+        """Points the device Env's states / final_states at these device tensors
+        (two pointer words of the struct, patched in place), then writes every
+        instance's state (the pg_states kernel)."""
+        self.state_buffers = (states, final_states)     # kept alive with the struct
+        for name, tensor in zip(("states", "final_states"), self.state_buffers):
+            word = self.torch.tensor(list(struct.pack("<Q", tensor.data_ptr())),
+                                     dtype=self.torch.uint8)
+            offset = self.arrays.buffer_offsets[name]
+            self.env_struct[offset:offset + 8].copy_(word)
+        self._launch(self.states_kernel, (self.env_struct.data_ptr(), ctypes.c_void_p))
 
 
 class DeviceEnv:
@@ -247,8 +269,12 @@ class DeviceEnv:
         self.host = host
         for attribute in ("name", "num_envs", "agents_per_env", "num_agents", "obs_dim",
                           "config", "single_observation_space", "single_action_space",
-                          "observation_space", "action_space", "num_threads"):
+                          "observation_space", "action_space", "num_threads", "state_dim",
+                          "single_state_space", "state_space"):
             setattr(self, attribute, getattr(host, attribute))
+        self.states = self.final_states = None       # until enable_states()
+        if hasattr(host, "observation_slots"):
+            self.observation_slots = host.observation_slots
         arrays = _HostArrays(host._batch)
         if self.device.type == "cpu":
             buffers = {name: torch.from_numpy(getattr(host, name)) for name in BUFFER_NAMES}
@@ -324,6 +350,25 @@ class DeviceEnv:
                              if count)
             raise ValueError(f"bad actions reached the {self.name} env since the last check: "
                              f"{seen}")
+
+    # ---- the global state (native_env.py's module docstring) ---------------------
+    def enable_states(self) -> torch.Tensor:
+        """Starts writing the global state into `states` / `final_states`, float32
+        tensors [num_envs, state_dim] on this env's device, at every reset and step
+        (on the GPU inside the same kernels, no host sync); the current states are
+        written at once. Returns `states`; a second call keeps them. ValueError for
+        an env without a global state."""
+        if not self.state_dim:
+            raise ValueError(f"the {self.name} env has no global state (state_dim 0); only "
+                             f"multi-agent envs that define one do")
+        if self.states is None:
+            torch = self._torch
+            states, final_states = (torch.zeros(self.num_envs, self.state_dim,
+                                                dtype=torch.float32, device=self.device)
+                                    for _ in range(2))
+            self._kernels.attach_states(states, final_states)
+            self.states, self.final_states = states, final_states
+        return self.states
 
     # ---- statistics -------------------------------------------------------------
     def episode_stats(self, clear: bool = True) -> EpisodeStats:

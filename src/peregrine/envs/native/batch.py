@@ -17,6 +17,19 @@ ARE these buffers, overwritten by the next step. Copy what you keep.
 Terminals and truncations are never merged. On a row that ended (either flag),
 `final_observations` holds the observation the episode ended on, written before
 the reset replaced it in `observations`; bootstrap truncated rows from it.
+
+The global state (multi-agent envs that define one, e.g. DroneSwarm): one
+vector per *instance* describing the whole world, normalised to [-1, 1], for a
+centralised critic (MAPPO's value function) while each agent's policy reads
+only its own row. It is written only once asked for, by `enable_states()`:
+
+    states              (num_envs, state_dim)   float32, the current state
+    final_states        (num_envs, state_dim)   the state an instance's episode ended on
+
+Row r belongs to instance r // agents_per_env. `state_dim` is 0 (and
+`single_state_space` None) for envs without one. This is not the exact
+snapshot of `get_state`/`set_state` (float64, every counter, for tests and
+checkpoints): it is what a learner may observe about everything.
 """
 from __future__ import annotations
 
@@ -233,6 +246,10 @@ class NativeEnv:
         self.agents_per_env = dims["agents_per_env"]
         self.num_agents = self.num_envs * self.agents_per_env
         self.obs_dim = dims["obs_dim"]
+        self.state_dim = int(dims["global_state_dim"])
+        self.single_state_space = None if not self.state_dim else \
+            spaces.Box(-1.0, 1.0, (self.state_dim,), np.float32)
+        self.states = self.final_states = None      # until enable_states()
         self.single_observation_space = self.make_observation_space(dims)
         self.single_action_space = self.make_action_space(dims)
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
@@ -436,6 +453,41 @@ class NativeEnv:
     def stat_names(self) -> tuple[str, ...]:
         return self._stat_names
 
+    # ---- the global state (module docstring) -----------------------------------
+    @property
+    def state_space(self) -> spaces.Box | None:
+        """The batch's global states, [num_envs, state_dim] in [-1, 1] (None without one)."""
+        if self.single_state_space is None:
+            return None
+        return batch_space(self.single_state_space, self.num_envs)
+
+    def enable_states(self, states: np.ndarray | None = None,
+                      final_states: np.ndarray | None = None) -> np.ndarray:
+        """Starts writing the global state into `states` / `final_states` (float32
+        [num_envs, state_dim], allocated here unless given) at every reset, step and
+        set_state; the current states are written at once. Returns `states`. A
+        second call without buffers keeps the ones in use. ValueError for an env
+        without a global state or for buffers of the wrong kind."""
+        if not self.state_dim:
+            raise ValueError(f"the {self.name or type(self).__name__} env has no global "
+                             f"state (state_dim 0); only multi-agent envs that define one do")
+        if states is None and final_states is None and self.states is not None:
+            return self.states
+        shape = (self.num_envs, self.state_dim)
+        given = {"states": states, "final_states": final_states}
+        for name, array in given.items():
+            if array is None:
+                given[name] = np.zeros(shape, np.float32)
+            elif not isinstance(array, np.ndarray) or array.shape != shape \
+                    or array.dtype != np.float32 or not array.flags.c_contiguous \
+                    or not array.flags.writeable:
+                raise ValueError(f"{name} must be a writeable C-contiguous float32 NumPy array "
+                                 f"of shape {shape}, got {getattr(array, 'dtype', type(array))} "
+                                 f"{getattr(array, 'shape', '')}")
+        self._batch.attach_states(given["states"], given["final_states"])
+        self.states, self.final_states = given["states"], given["final_states"]
+        return self.states
+
     # ---- exact state, for tests and debugging ---------------------------------
     def get_state(self, instance: int) -> np.ndarray:
         return np.asarray(self._batch.get_state(instance), dtype=np.float64)
@@ -453,8 +505,9 @@ class NativeEnv:
         go on exactly as the original would: every instance's exact state
         (get_state/set_state: positions, step counters, the running episode's
         accumulated return and the like), every instance's place in its random
-        stream, and the contents of the seven row buffers (observations,
-        final_observations, last actions, rewards, flags, masks).
+        stream, the contents of the seven row buffers (observations,
+        final_observations, last actions, rewards, flags, masks), and the
+        global state when it was enabled (`enable_states`, with its final states).
 
         Not carried: the episode statistics finished but not yet read
         (episode_stats() of the copy starts empty), caller-owned `buffers=`
@@ -469,6 +522,7 @@ class NativeEnv:
             "rng_states": self._batch.rng_states(),
             "buffers": {name: getattr(self.buffers, name).copy() for name in BUFFER_NAMES},
             "first_episode_seed": self._first_episode_seed,
+            "final_states": None if self.final_states is None else self.final_states.copy(),
         }
         return _rebuild, (type(self), arguments, snapshot)
 
@@ -497,6 +551,9 @@ def _rebuild(cls: type[NativeEnv], arguments: dict, snapshot: dict) -> NativeEnv
     """A new batch in the state a pickled or copied env was in (see NativeEnv.__reduce__)."""
     env = cls(seed=snapshot["seed"], **arguments)
     try:
+        if snapshot.get("final_states") is not None:   # set_state writes the current ones
+            env.enable_states()
+            env.final_states[...] = snapshot["final_states"]
         for instance, state in enumerate(snapshot["states"]):
             env._batch.set_state(instance, state)
         env._batch.set_rng_states(np.frombuffer(snapshot["rng_states"], np.uint64))

@@ -160,9 +160,23 @@ typedef struct {
     int lane;
 } PgWorkerArg;
 
+/* The global state of instances [start, end) into pg.states, when a caller
+ * attached it (pg_env.h, ENV_GLOBAL_STATE); nothing otherwise. */
+static void pg_write_states(Env *env, int start, int end) {
+#ifdef ENV_GLOBAL_STATE
+    PgBatch *pg = &env->pg;
+    if (!pg->states) return;
+    for (int i = start; i < end; i++)
+        env_global_state(env, i, pg->states + (size_t)i * (size_t)pg->state_dim);
+#else
+    (void)env, (void)start, (void)end;
+#endif
+}
+
 static void pg_run_span(Env *env, int op, int start, int end) {
     if (op == 0) env_step(env, start, end);
     else env_reset(env, start, end);
+    pg_write_states(env, start, end);
 }
 
 /* Runs the pool's op on the covered instances of [start, end). With a
@@ -255,13 +269,52 @@ static void *pg_worker_main(void *raw) {
     }
 }
 
+/* Starts the pool's worker threads (lanes 1..num_threads-1; the caller is lane
+ * 0). -1 if one cannot be created: those already started keep running, and the
+ * pool works with them. */
+static int pg_pool_start_threads(PgPool *pool) {
+    for (int i = 1; i < pool->num_threads; i++) {
+        PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
+        if (!arg) return -1;
+        arg->pool = pool;
+        arg->lane = i;
+        if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
+            free(arg);
+            return -1;
+        }
+        pool->started++;
+    }
+    return 0;
+}
+
+/* fork() copies the pool into the child without its threads, and possibly with
+ * the mutex held or a worker counted as waiting on the condition variable (the
+ * state they were in at the fork): destroying or waiting on those in the child
+ * hangs. So a child never touches the inherited ones. Its first op adopts the
+ * pool: fresh mutex and condition variable, counters from zero, and threads of
+ * its own (serial if they cannot be created); a child that never steps frees
+ * the pool's memory without destroying anything (pg_batch_release). */
+static void pg_pool_adopt(PgPool *pool) {
+    pthread_mutex_init(&pool->mutex, NULL);
+    pthread_cond_init(&pool->cond, NULL);
+    atomic_store(&pool->generation, 0);
+    atomic_store(&pool->sleepers, 0);
+    atomic_store(&pool->stop, 0);
+    atomic_store(&pool->chunks_done, 0);
+    for (int lane = 0; lane < PG_MAX_THREADS; lane++) atomic_store(&pool->lanes[lane].ticket, 0);
+    pool->started = 0;
+    pool->owner_pid = getpid();
+    pg_pool_start_threads(pool);
+}
+
 /* Runs op over the instances `selection` covers (all when NULL); called with
  * the GIL released. */
 static void pg_pool_run(PgPool *pool, int op, const uint8_t *selection, int selected) {
     pool->op = op;
     pool->selection = selection;
     pool->selected = selected;
-    if (pool->started == 0 || pool->owner_pid != getpid()) {
+    if (pool->owner_pid != getpid()) pg_pool_adopt(pool); /* first op after a fork */
+    if (pool->started == 0) {
         pg_run_range(pool, 0, pool->num_envs);
         return;
     }
@@ -276,6 +329,8 @@ static void pg_pool_run(PgPool *pool, int op, const uint8_t *selection, int sele
         pthread_mutex_unlock(&pool->mutex);
     }
     pg_work(pool, gen, 0);
+    /* Lanes without a thread (one that could not be created) are finished by
+     * pg_work's stealing above; every chunk is counted either way. */
     int total_chunks = pool->num_threads * PG_CHUNKS_PER_LANE;
     double spin_until = pg_now_seconds() + PG_SPIN_SECONDS;
     int spins = 0;
@@ -299,29 +354,26 @@ static int pg_pool_start(PgPool *pool, Env *env, int num_envs, int num_threads) 
     pool->chunk_size = per;
     pthread_mutex_init(&pool->mutex, NULL);
     pthread_cond_init(&pool->cond, NULL);
-    for (int i = 1; i < num_threads; i++) {
-        PgWorkerArg *arg = (PgWorkerArg *)malloc(sizeof(PgWorkerArg));
-        if (!arg) return -1;
-        arg->pool = pool;
-        arg->lane = i;
-        if (pthread_create(&pool->threads[i - 1], NULL, pg_worker_main, arg) != 0) {
-            free(arg);
-            return -1;
-        }
-        pool->started++;
-    }
-    return 0;
+    return pg_pool_start_threads(pool);
 }
 
-static void pg_pool_stop(PgPool *pool) {
-    if (pool->owner_pid == getpid() && pool->started > 0) {
-        pthread_mutex_lock(&pool->mutex);
-        atomic_store(&pool->stop, 1);
-        pthread_cond_broadcast(&pool->cond);
-        pthread_mutex_unlock(&pool->mutex);
-        for (int i = 0; i < pool->started; i++) pthread_join(pool->threads[i], NULL);
+/* Stops and joins the threads and frees the pool. In a forked child that never
+ * adopted the pool, the threads and primitives belong to the parent: only the
+ * memory is freed. */
+static void pg_pool_free(PgPool *pool) {
+    if (pool->owner_pid == getpid()) {
+        if (pool->started > 0) {
+            pthread_mutex_lock(&pool->mutex);
+            atomic_store(&pool->stop, 1);
+            pthread_cond_broadcast(&pool->cond);
+            pthread_mutex_unlock(&pool->mutex);
+            for (int i = 0; i < pool->started; i++) pthread_join(pool->threads[i], NULL);
+        }
+        pthread_mutex_destroy(&pool->mutex);
+        pthread_cond_destroy(&pool->cond);
     }
     pool->started = 0;
+    free(pool);
 }
 
 /* ---- buffers -------------------------------------------------------------- */
@@ -391,6 +443,8 @@ typedef struct {
     PgPool *pool;
     Py_buffer views[PG_NUM_BUFFERS];
     int have_view[PG_NUM_BUFFERS];
+    Py_buffer state_views[2]; /* states, final_states: once attach_states was called */
+    int have_state_views;
     int initialised;
     atomic_int busy;
 } PgBatchObject;
@@ -427,8 +481,13 @@ static Env *pg_env_new(const double *config, int num_envs) {
         return NULL;
     }
     PgBatch *pg = &env->pg;
+#ifdef ENV_GLOBAL_STATE
+    const int bad_state = pg->state_dim < 1;
+#else
+    const int bad_state = pg->state_dim != 0;
+#endif
     if (pg->obs_dim < 1 || pg->agents_per_env < 1 || pg->action_dim < 1 ||
-        pg->action_dim > PG_MAX_ACTION_DIM) {
+        pg->action_dim > PG_MAX_ACTION_DIM || bad_state) {
         PyErr_SetString(PyExc_RuntimeError, "env_init produced invalid dimensions");
         pg_env_delete(env);
         return NULL;
@@ -438,10 +497,7 @@ static Env *pg_env_new(const double *config, int num_envs) {
 
 static void pg_batch_release(PgBatchObject *self) {
     if (self->pool) {
-        pg_pool_stop(self->pool);
-        pthread_mutex_destroy(&self->pool->mutex);
-        pthread_cond_destroy(&self->pool->cond);
-        free(self->pool);
+        pg_pool_free(self->pool);
         self->pool = NULL;
     }
     if (self->env) {
@@ -451,6 +507,11 @@ static void pg_batch_release(PgBatchObject *self) {
     for (int i = 0; i < PG_NUM_BUFFERS; i++) {
         if (self->have_view[i]) PyBuffer_Release(&self->views[i]);
         self->have_view[i] = 0;
+    }
+    if (self->have_state_views) {
+        PyBuffer_Release(&self->state_views[0]);
+        PyBuffer_Release(&self->state_views[1]);
+        self->have_state_views = 0;
     }
     self->initialised = 0;
 }
@@ -760,7 +821,7 @@ static PyObject *pg_batch_layout(PgBatchObject *self, PyObject *Py_UNUSED(ignore
         PyTuple_SET_ITEM(allocations, a, Py_BuildValue("(nn)", (Py_ssize_t)pg->allocs[a].offset,
                                                        (Py_ssize_t)pg->allocs[a].bytes));
     return Py_BuildValue(
-        "{s:K,s:n,s:N,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}", "address",
+        "{s:K,s:n,s:N,s:{s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n,s:n}}", "address",
         (unsigned long long)(uintptr_t)self->env, "size", (Py_ssize_t)sizeof(Env),
         "allocations", allocations, "buffers",
         "observations", (Py_ssize_t)offsetof(PgBatch, observations),
@@ -771,7 +832,9 @@ static PyObject *pg_batch_layout(PgBatchObject *self, PyObject *Py_UNUSED(ignore
         "truncations", (Py_ssize_t)offsetof(PgBatch, truncations),
         "masks", (Py_ssize_t)offsetof(PgBatch, masks),
         "rng", (Py_ssize_t)offsetof(PgBatch, rng),
-        "stats", (Py_ssize_t)offsetof(PgBatch, stats));
+        "stats", (Py_ssize_t)offsetof(PgBatch, stats),
+        "states", (Py_ssize_t)offsetof(PgBatch, states),
+        "final_states", (Py_ssize_t)offsetof(PgBatch, final_states));
 }
 
 /* Returns (episodes, sums, sums_of_squares) reduced in instance order. */
@@ -865,6 +928,53 @@ static PyObject *pg_batch_set_state(PgBatchObject *self, PyObject *args) {
         PyErr_SetString(PyExc_ValueError, "state values are inconsistent for this env");
         return NULL;
     }
+    pg_write_states(self->env, instance, instance + 1);
+    Py_RETURN_NONE;
+}
+
+/* attach_states(states, final_states): float32 [num_envs, state_dim] buffers the
+ * batch writes the global state into from now on (pg_env.h, ENV_GLOBAL_STATE);
+ * the current states are written at once. Attaching again replaces them. */
+static PyObject *pg_batch_attach_states(PgBatchObject *self, PyObject *args) {
+    PyObject *objs[2];
+    if (!PyArg_ParseTuple(args, "OO", &objs[0], &objs[1])) return NULL;
+    if (pg_check_ready(self)) return NULL;
+    PgBatch *pg = &self->env->pg;
+    if (pg->state_dim < 1) {
+        PyErr_Format(PyExc_ValueError, "%s has no global state (state_dim 0)", ENV_MODULE_NAME);
+        return NULL;
+    }
+    if (atomic_load(&self->busy)) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot attach states while the Batch is stepping");
+        return NULL;
+    }
+    static const char *names[2] = {"states", "final_states"};
+    Py_buffer views[2];
+    Py_ssize_t count = (Py_ssize_t)pg->num_envs * pg->state_dim;
+    for (int b = 0; b < 2; b++) {
+        if (pg_get_buffer(objs[b], &views[b], names[b], 'f', count, 1) != 0) {
+            if (b) PyBuffer_Release(&views[0]);
+            return NULL;
+        }
+    }
+    if ((char *)views[0].buf < (char *)views[1].buf + views[1].len &&
+        (char *)views[1].buf < (char *)views[0].buf + views[0].len) {
+        PyBuffer_Release(&views[0]);
+        PyBuffer_Release(&views[1]);
+        PyErr_SetString(PyExc_ValueError, "states and final_states overlap in memory");
+        return NULL;
+    }
+    if (self->have_state_views) {
+        PyBuffer_Release(&self->state_views[0]);
+        PyBuffer_Release(&self->state_views[1]);
+    }
+    self->state_views[0] = views[0];
+    self->state_views[1] = views[1];
+    self->have_state_views = 1;
+    pg->states = (float *)views[0].buf;
+    pg->final_states = (float *)views[1].buf;
+    memset(pg->final_states, 0, (size_t)count * sizeof(float));
+    pg_write_states(self->env, 0, pg->num_envs);
     Py_RETURN_NONE;
 }
 
@@ -906,6 +1016,8 @@ static PyMethodDef pg_batch_methods[] = {
     {"set_rng_states", (PyCFunction)pg_batch_set_rng_states, METH_O,
      "Restore the positions rng_states returned (a uint64 [num_envs] array)."},
     {"close", (PyCFunction)pg_batch_close, METH_NOARGS, "Stop threads, release buffers."},
+    {"attach_states", (PyCFunction)pg_batch_attach_states, METH_VARARGS,
+     "Write the global state into (states, final_states) from now on."},
     {"repair_actions", (PyCFunction)pg_batch_repair_actions, METH_O,
      "Repair and count bad actions as the device batches do (errors: uint64 [2])."},
     {"layout", (PyCFunction)pg_batch_layout, METH_NOARGS,
@@ -960,10 +1072,10 @@ static PyObject *pg_describe_fn(PyObject *Py_UNUSED(m), PyObject *config_obj) {
         PyTuple_SET_ITEM(nvec, i, PyLong_FromLong(pg->action_nvec[i]));
     static const char *kinds[] = {"discrete", "multidiscrete", "continuous"};
     PyObject *out = Py_BuildValue(
-        "{s:i,s:s,s:i,s:s,s:i,s:N,s:i}", "obs_dim", pg->obs_dim, "obs_dtype",
+        "{s:i,s:s,s:i,s:s,s:i,s:N,s:i,s:i}", "obs_dim", pg->obs_dim, "obs_dtype",
         pg->obs_is_uint8 ? "uint8" : "float32", "agents_per_env", pg->agents_per_env,
         "action_kind", kinds[pg->action_kind], "action_dim", pg->action_dim, "action_nvec",
-        nvec, "state_size", env_state_size(env));
+        nvec, "state_size", env_state_size(env), "global_state_dim", pg->state_dim);
     pg_env_delete(env);
     return out;
 }

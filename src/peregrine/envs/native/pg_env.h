@@ -35,6 +35,20 @@
  *   PG_DEVICE static int  env_set_state(Env*, int instance, const double* in);
  *       (0 / -1) State get/set lets tests build exact scenarios and compare C
  *       with the NumPy reference from identical states.
+ *
+ * Optional, for multi-agent envs: a global state for a centralised critic.
+ *   #define ENV_GLOBAL_STATE 1, set pg.state_dim > 0 in env_init, and define
+ *   PG_DEVICE static void env_global_state(const Env*, int instance, float *out);
+ *       state_dim floats describing the whole instance (every agent and object
+ *       of the world, normalised for learning to about [-1, 1]). It is not the
+ *       exact state above (env_get_state: doubles, for tests and checkpoints);
+ *       it is an observation of everything, which a value function may read
+ *       while the agents' policies see only their own rows.
+ *   The binding (and pg_gpu.h) writes pg.states for every instance a step,
+ *   reset or set_state touched, when pg.states is not NULL. An episode end
+ *   must, like final_observations, write the state it ended on into
+ *   pg.final_states before the instance resets, when that is not NULL.
+ *
  *   Every function the step or reset reaches is PG_DEVICE, and the header is
  *   portable C that NVRTC accepts as C++ (see "one header, two compilers"):
  *   `peregrine envs --gpu-check` and the test suite compile it for the GPU.
@@ -138,6 +152,13 @@ typedef struct {
     uint8_t *terminals;       /* [rows] */
     uint8_t *truncations;     /* [rows] */
     uint8_t *masks;           /* [rows] 1 = live agent row */
+    /* The optional global state (ENV_GLOBAL_STATE below): state_dim floats per
+     * instance, set by env_init (0 = the env has none). The two buffers are
+     * caller-owned and NULL until a caller asks for states (Batch.attach_states):
+     * nothing is written, and nothing costs, before that. */
+    int state_dim;
+    float *states;            /* [num_envs, state_dim] the current state of each instance */
+    float *final_states;      /* same layout; valid on instances whose rows just ended */
     /* Owned by the binding. */
     uint64_t *rng;            /* [num_envs] one stream per instance */
     double *stats;            /* [num_envs, 1 + 2*num_stats] count, sums, sums of squares */

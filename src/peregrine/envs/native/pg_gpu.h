@@ -23,14 +23,35 @@ __device__ static inline unsigned long long pg_thread_index(void) {
     return (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
 }
 
+/* Instance i's global state into pg.states, when one is attached (pg_env.h,
+ * ENV_GLOBAL_STATE); as the CPU binding's pg_write_states. */
+__device__ static void pg_write_state(Env *env, int i) {
+#ifdef ENV_GLOBAL_STATE
+    if (env->pg.states)
+        env_global_state(env, i, env->pg.states + (size_t)i * (size_t)env->pg.state_dim);
+#else
+    (void)env, (void)i;
+#endif
+}
+
 /* One step of every instance: bad actions repaired and counted first
- * (pg_repair_actions), then the env's own step, auto-reset included. */
+ * (pg_repair_actions), then the env's own step, auto-reset included, then the
+ * global state when one is attached. */
 extern "C" __global__ void pg_step(Env *env, unsigned long long *errors) {
     const unsigned long long thread = pg_thread_index();
     if (thread >= (unsigned long long)env->pg.num_envs) return;
     const int i = (int)thread; /* < num_envs, an int */
     pg_repair_actions(&env->pg, i, errors);
     env_step(env, i, i + 1);
+    pg_write_state(env, i);
+}
+
+/* Every instance's global state from the current env state (after states are
+ * attached, or after the host wrote instances' exact states). */
+extern "C" __global__ void pg_states(Env *env) {
+    const unsigned long long thread = pg_thread_index();
+    if (thread >= (unsigned long long)env->pg.num_envs) return;
+    pg_write_state(env, (int)thread);
 }
 
 /* Fresh episodes everywhere, as the CPU batch's reset: with `reseed`, every
@@ -42,6 +63,7 @@ extern "C" __global__ void pg_reset(Env *env, unsigned long long seed, int resee
     if (reseed) env->pg.rng[i] = pg_seed_instance(seed, (uint64_t)i);
     pg_clear_instance(&env->pg, i, 1);
     env_reset(env, i, i + 1);
+    pg_write_state(env, i);
 }
 
 #endif /* PEREGRINE_PG_GPU_H */

@@ -1,0 +1,133 @@
+"""Training configuration: where the env name comes from, values of the wrong type,
+cross-field checks, and configs of envs that are not registered native envs."""
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from peregrine.train.config import Config, dump_toml, load_config, read_toml, set_key
+
+
+def test_the_env_name_can_come_from_the_config_file(tmp_path):
+    path = tmp_path / "run.toml"
+    path.write_text('[env]\nname = "pendulum"\n[vec]\nnum_envs = 3\n')
+    config = load_config(None, path)
+    assert config.env_name == "pendulum" and config.vec.num_envs == 3
+    # ... and the shipped pendulum file is layered under it
+    assert config.train.total_steps == load_config("pendulum").train.total_steps
+
+
+def test_the_env_name_can_come_from_the_base_config():
+    base = load_config("mountain_car", overrides=[("train.seed", 7)]).to_dict()
+    config = load_config(None, base=base)
+    assert config.env_name == "mountain_car" and config.train.seed == 7
+
+
+def test_no_env_at_all_is_refused(tmp_path):
+    path = tmp_path / "no_env.toml"
+    path.write_text("[vec]\nnum_envs = 3\n")
+    with pytest.raises(ValueError, match=r"no env given: pass ENV .* \[env\] name"):
+        load_config(None, path)
+    with pytest.raises(ValueError, match="no env given"):
+        load_config()
+
+
+def test_a_file_for_another_env_is_refused(tmp_path):
+    path = tmp_path / "pendulum.toml"
+    path.write_text('[env]\nname = "pendulum"\n')
+    with pytest.raises(ValueError, match="env.name is 'pendulum' but the env given is 'cartpole'"):
+        load_config("cartpole", path)
+    with pytest.raises(ValueError, match="env.name is 'pendulum' but the env given is 'cartpole'"):
+        load_config("cartpole", overrides=[("env.name", "pendulum")])
+
+
+def test_a_section_that_is_not_a_table_is_refused(tmp_path):
+    path = tmp_path / "flat.toml"
+    path.write_text("train = 3\n")
+    with pytest.raises(ValueError, match=r"config section \[train\] must be a table, got 3"):
+        load_config("cartpole", path)
+
+
+@pytest.mark.parametrize("key, value, message", [
+    ("vec.num_envs", True, "vec.num_envs must be an integer, got True"),
+    ("vec.num_envs", 2.5, "vec.num_envs must be an integer, got 2.5"),
+    ("vec.num_envs", "inf", "vec.num_envs must be an integer"),
+    ("train.learning_rate", False, "train.learning_rate must be a number, got False"),
+    ("train.learning_rate", "fast", "train.learning_rate must be a number, got 'fast'"),
+    ("train.learning_rate", [1e-3], "train.learning_rate must be a number"),
+    ("train.gamma", "nan", "train.gamma must be finite, got 'nan'"),
+    ("train.clip_coef", "inf", "train.clip_coef must be finite"),
+    ("train.run_dir", 5, "train.run_dir must be a string, got 5"),
+    ("policy.activation", 1, "policy.activation must be a string"),
+    ("env.name", 3, "env.name must be a string, got 3"),
+    ("env.preset", ["a"], "env.preset must be a string"),
+])
+def test_a_value_of_the_wrong_type_names_the_key(key, value, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("cartpole", overrides=[(key, value)])
+
+
+def test_integer_keys_take_integral_floats_and_underscores():
+    config = load_config("cartpole", overrides=[("train.total_steps", "1e5"),
+                                                ("vec.num_envs", "1_024"), ("train.horizon", 32.0)])
+    assert config.train.total_steps == 100_000 and isinstance(config.train.total_steps, int)
+    assert config.vec.num_envs == 1024 and config.train.horizon == 32
+
+
+@pytest.mark.parametrize("overrides, message", [
+    ([("train.dist_timeout", 0)], "train.dist_timeout must be > 0, got 0"),
+    ([("train.dist_timeout", -5)], "train.dist_timeout must be > 0"),
+    ([("train.adam_eps", 0)], "train.adam_eps must be > 0, got 0"),
+    ([("policy.lstm", True), ("train.horizon", 24), ("policy.bptt_horizon", 16)],
+     r"policy.bptt_horizon \(16\) must divide train.horizon \(24\) when policy.lstm is true"),
+    ([("train.torch_threads", 2000)], r"train.torch_threads must be in \[1, 1024\]"),
+    ([("train.seed", 2**64)], "train.seed must be less than 2\\*\\*64"),
+])
+def test_cross_field_checks_name_the_keys(overrides, message):
+    with pytest.raises(ValueError, match=message):
+        load_config("cartpole", overrides=overrides)
+
+
+def test_lstm_with_a_dividing_bptt_horizon_is_accepted():
+    config = load_config("cartpole", overrides=[("policy.lstm", True), ("train.horizon", 32),
+                                                ("policy.bptt_horizon", 16)])
+    assert config.policy.lstm and config.train.horizon % config.policy.bptt_horizon == 0
+
+
+def test_an_unregistered_env_passes_its_values_through_typed():
+    """A gymnasium or user env (not a registered native one) has no field list: its
+    [env] values are kept, strings read as numbers where they are numbers."""
+    config = load_config("my_gym_env", overrides=[
+        ("env.max_steps", "200"), ("env.scale", "0.5"), ("env.mode", "hard"),
+        ("env.layout", [1, 2])])
+    assert config.env == {"name": "my_gym_env", "max_steps": 200, "scale": 0.5, "mode": "hard",
+                          "layout": [1, 2]}
+    assert isinstance(config.env["max_steps"], int) and isinstance(config.env["scale"], float)
+    # no shipped file for it: the built-in defaults
+    assert config.train.total_steps == Config().train.total_steps
+
+
+def test_env_values_before_the_env_is_named_pass_through():
+    config = Config()
+    set_key(config, "env.anything", "12")
+    assert config.env == {"anything": 12}
+
+
+def test_lists_round_trip_through_toml_and_other_values_are_refused(tmp_path):
+    text = dump_toml({"env": {"name": "my_gym_env", "layout": [1, 2.5, "x", True], "empty": []}})
+    assert 'layout = [1, 2.5, "x", true]' in text and "empty = []" in text
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    assert read_toml(path)["env"] == {"name": "my_gym_env", "layout": [1, 2.5, "x", True],
+                                      "empty": []}
+    with pytest.raises(ValueError, match=r"cannot write \{'a': 1\} to TOML"):
+        dump_toml({"env": {"table": {"a": 1}}})
+    with pytest.raises(ValueError, match="cannot write None to TOML"):
+        dump_toml({"env": {"nothing": None}})
+
+
+def test_finite_floats_from_strings_are_accepted():
+    config = load_config("cartpole", overrides=[("train.learning_rate", "3e-4"),
+                                                ("train.target_kl", "0.02")])
+    assert math.isclose(config.train.learning_rate, 3e-4) and config.train.target_kl == 0.02
