@@ -114,6 +114,9 @@ def _open_when_ready(run_dir: Path, wait: float) -> MetricsReader:
 
 
 def live(run_dir: Path, args) -> int:
+    import signal
+    import threading
+
     from rich.console import Console
     from rich.live import Live
 
@@ -121,13 +124,17 @@ def live(run_dir: Path, args) -> int:
 
     reader = _open_when_ready(run_dir, args.wait)
     console = Console()
+    # Ctrl-C sets a flag the loop checks between frames. A KeyboardInterrupt
+    # raised at an arbitrary point could land while Rich's refresh lock is held,
+    # and leaving the Live view would then wait for its refresh thread forever.
+    detach = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: detach.set())
     try:
         print(f"peregrine monitor: attached to {run_dir} (Ctrl-C detaches; training is unaffected)",
               file=sys.stderr, flush=True)
         with Live(render(Snapshot.take(reader, stale_after=args.stale_after), console.width), console=console,
                   refresh_per_second=max(1.0, 1.0 / max(args.interval, 0.05)), screen=False) as view:
-            while True:
-                time.sleep(args.interval)
+            while not detach.wait(args.interval):
                 if _replaced(reader):          # a new run in the same directory
                     reader.close()
                     reader = MetricsReader(run_dir)
@@ -135,9 +142,10 @@ def live(run_dir: Path, args) -> int:
                 view.update(render(snapshot, console.width))
                 if not args.stay and snapshot.liveness in (*FINAL_STATUSES, "stale"):
                     break
-    except KeyboardInterrupt:
-        console.print("[dim]detached (training is unaffected)[/dim]")
+        if detach.is_set():
+            console.print("[dim]detached (training is unaffected)[/dim]")
     finally:
+        signal.signal(signal.SIGINT, previous)
         reader.close()
     return EXIT_OK
 
