@@ -54,8 +54,9 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
     environment = {k: v for k, v in os.environ.items()
                    if k != "PYTHONPATH" and not k.startswith("COVERAGE_")}
     result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_acceptance.py"),
-                             str(out), "--dry-run", "--wheels", str(wheels), "--work", str(work)],
-                            capture_output=True, text=True, timeout=400, env=environment)
+                             str(out), "--dry-run", "--wheels", "wheels", "--work", str(work)],
+                            capture_output=True, text=True, timeout=400, env=environment,
+                            cwd=tmp_path)      # a relative folder, as the device tool gives it
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     # The summary table is printed last, and the folder holds only the few files the
     # device tool brings back (at most 8).

@@ -88,6 +88,28 @@ def test_the_layout_check_catches_a_type_that_differs_on_the_gpu(tree_copy):
     assert "sizeof(max_steps): host 4, NVRTC 8" in report.mismatches
 
 
+@needs_host_tools
+@pytest.mark.parametrize("name", ENVS)
+def test_every_pointer_in_the_env_struct_is_mirrored_on_the_gpu(name):
+    """Each pointer member (from the debug information) is a PG_ALLOC array or a
+    PgBatch buffer, the two kinds the GPU batch replaces with device pointers."""
+    from peregrine.envs.registry import env_class
+    assert gpu_audit.pointer_problems(name, env_class(name)) == []
+
+
+@needs_host_tools
+def test_the_pointer_check_catches_a_pointer_not_made_by_pg_alloc(tree_copy):
+    """A member pointer env_init would fill with malloc (or an array of them) would
+    reach the GPU as a host address: named, with its byte."""
+    from peregrine.envs.registry import env_class
+    edit(tree_copy / "cartpole" / "cartpole.h", "    int max_steps;\n",
+         "    int max_steps;\n    float *scratch;\n    double *rows[2];\n")
+    problems = gpu_audit.pointer_problems("cartpole", env_class("cartpole"))
+    assert any(p.startswith("scratch (byte ") and "not allocated with PG_ALLOC" in p
+               for p in problems), problems
+    assert "rows: an array of pointers cannot be mirrored on the GPU" in problems
+
+
 def test_dwarf_members_are_read_recursively():
     """The debug-information reader on a small readelf dump: nested structs, arrays of
     structs and anonymous members become designators."""

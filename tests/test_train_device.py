@@ -321,3 +321,20 @@ def test_bf16_runs_the_forward_in_bf16_and_keeps_fp32_weights():
     assert all(isinstance(v, float) for v in losses.values())
     assert trainer.storage.values.dtype == torch.float32
     trainer.close()
+
+
+def test_cuda_is_resolved_to_its_index(monkeypatch):
+    """torch.device("cuda") != torch.device("cuda:0"), while every tensor made on it
+    says "cuda:0": the trainer names CUDA with the current device's index, so its
+    device equals the env buffers' (the H200's first run failed on exactly this)."""
+    from peregrine.train import ppo
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    assert ppo.resolve_device("cuda") == torch.device("cuda", 3)
+    assert ppo.resolve_device("auto") == torch.device("cuda", 3)
+    assert ppo.resolve_device("cuda:1") == torch.device("cuda", 1)
+    assert ppo.resolve_device("cpu") == torch.device("cpu")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert ppo.resolve_device("auto") == torch.device("cpu")
+    with pytest.raises(ValueError, match="no CUDA device is available"):
+        ppo.resolve_device("cuda:0")

@@ -84,12 +84,19 @@ from .storage import RolloutStorage
 
 
 def resolve_device(name: str) -> torch.device:
+    """train.device as a torch.device; CUDA always with its index ("cuda" is the
+    current device), because torch.device("cuda") != torch.device("cuda:0") while
+    every tensor made there reports "cuda:0"."""
     if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise ValueError("train.device = 'cuda' but no CUDA device is available; use 'cpu' "
-                         "or 'auto'")
-    return torch.device(name)
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise ValueError(f"train.device = {name!r} but no CUDA device is available; use "
+                             "'cpu' or 'auto'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
 
 
 def precision_context(precision: str, device: torch.device):

@@ -9,9 +9,10 @@ read as silent garbage. `check_layout(name)` proves it per env:
    with `-g` and every member of `struct Env` (nested structs and the first
    element of arrays of structs included) is read from the DWARF debug
    information (`readelf`), so no list of fields is kept by hand;
-2. that one list becomes one array of `sizeof`/`__alignof__`/`__builtin_offsetof`
-   expressions, compiled by the host C compiler (a small program prints it) and
-   by NVRTC (a `__device__` constant array, read back from the PTX text);
+2. that one list becomes one array of `sizeof`/`__alignof__`/offset expressions
+   (`__builtin_offsetof` on the host; under NVRTC, which lacks it in some
+   releases, the address difference from a null Env), compiled by the host C
+   compiler (a small program prints it) and by NVRTC (a `__device__` constant array, read back from the PTX text);
 3. the two arrays must be equal.
 
 `kernel_resources(name)` compiles the kernels to a cubin for `sm_90` with ptxas'
@@ -106,9 +107,10 @@ def _strip_qualifiers(entries, entry):
     return entry
 
 
-def _member_paths(entries, structure, prefix: str) -> list[str]:
-    """Every member of `structure` as a C member designator (a.b, a[0].c)."""
-    paths = []
+def _members(entries, structure, prefix: str) -> list[tuple[str, dict | None]]:
+    """Every member of `structure` as (C member designator such as a.b or a[0].c,
+    its type's entry with typedefs and qualifiers stripped)."""
+    members = []
     for child in structure["children"]:
         member = entries[child]
         if member["tag"] != "DW_TAG_member":
@@ -118,26 +120,31 @@ def _member_paths(entries, structure, prefix: str) -> list[str]:
         if name is None:                       # an anonymous struct/union: its members
             if kind is not None and kind["tag"] in ("DW_TAG_structure_type",
                                                     "DW_TAG_union_type"):
-                paths += _member_paths(entries, kind, prefix)
+                members += _members(entries, kind, prefix)
             continue
         path = prefix + name
-        paths.append(path)
+        members.append((path, kind))
         if kind is None:
             continue
         if kind["tag"] in ("DW_TAG_structure_type", "DW_TAG_union_type"):
-            paths += _member_paths(entries, kind, path + ".")
+            members += _members(entries, kind, path + ".")
         elif kind["tag"] == "DW_TAG_array_type":
             element = _strip_qualifiers(entries, _type_of(entries, kind))
+            kind["element_tag"] = None if element is None else element["tag"]
             index = "[0]" * sum(entries[c]["tag"] == "DW_TAG_subrange_type"
                                 for c in kind["children"])
             if element is not None and element["tag"] in ("DW_TAG_structure_type",
                                                           "DW_TAG_union_type"):
-                paths += _member_paths(entries, element, path + index + ".")
-    return paths
+                members += _members(entries, element, path + index + ".")
+    return members
 
 
-def env_fields(name: str) -> list[str]:
-    """Every member of env `name`'s `struct Env`, as the host compiler sees it."""
+def _member_paths(entries, structure, prefix: str) -> list[str]:
+    """Every member of `structure` as a C member designator (a.b, a[0].c)."""
+    return [path for path, _ in _members(entries, structure, prefix)]
+
+
+def _env_members(name: str) -> list[tuple[str, dict | None]]:
     readelf = shutil.which("readelf")
     if readelf is None:
         raise LayoutToolMissing("readelf (binutils) is not installed")
@@ -155,7 +162,40 @@ def env_fields(name: str) -> list[str]:
     if len(structures) != 1:
         raise RuntimeError(f"expected one definition of struct Env in the {name} header's "
                            f"debug information, found {len(structures)}")
-    return _member_paths(entries, structures[0], "")
+    return _members(entries, structures[0], "")
+
+
+def env_fields(name: str) -> list[str]:
+    """Every member of env `name`'s `struct Env`, as the host compiler sees it."""
+    return [path for path, _ in _env_members(name)]
+
+
+def pointer_problems(name: str, env_class) -> list[str]:
+    """The GPU batch uploads the Env struct with every pg_alloc array's pointer and
+    every PgBatch buffer's pointer replaced by its device copy's; any other pointer
+    member would reach the GPU as a host address. Each pointer member of `struct
+    Env` (from the debug information) must sit at one of those offsets (from the
+    binding's `layout()` of a default-config batch of `env_class`, the env's
+    NativeEnv class); an array of pointers cannot be mirrored at all."""
+    members = _env_members(name)
+    pointers = [path for path, kind in members
+                if kind is not None and kind["tag"] == "DW_TAG_pointer_type"]
+    problems = [f"{path}: an array of pointers cannot be mirrored on the GPU"
+                for path, kind in members
+                if kind is not None and kind["tag"] == "DW_TAG_array_type"
+                and kind.get("element_tag") == "DW_TAG_pointer_type"]
+    offsets = host_layout(name, [(path, f"PG_LAYOUT_OFFSETOF(Env, {path})")
+                                 for path in pointers]) if pointers else []
+    env = env_class(num_envs=1)
+    try:
+        layout = env._batch.layout()
+    finally:
+        env.close()
+    mirrored = {offset for offset, _ in layout["allocations"]} | set(layout["buffers"].values())
+    problems += [f"{path} (byte {offset}) is a pointer not allocated with PG_ALLOC: the GPU "
+                 "build cannot mirror it (see pg_env.h)"
+                 for path, offset in zip(pointers, offsets) if offset not in mirrored]
+    return problems
 
 
 def _run(command: list[str], what: str) -> str:
@@ -172,9 +212,17 @@ def layout_expressions(fields: list[str]) -> list[tuple[str, str]]:
     field's offset and size."""
     rows = [("sizeof(Env)", "sizeof(Env)"), ("alignof(Env)", "__alignof__(Env)")]
     for path in fields:
-        rows.append((f"offsetof({path})", f"__builtin_offsetof(Env, {path})"))
+        rows.append((f"offsetof({path})", f"PG_LAYOUT_OFFSETOF(Env, {path})"))
         rows.append((f"sizeof({path})", f"sizeof(((Env *)0)->{path})"))
     return rows
+
+
+# The host compiler's own offsetof; NVRTC has no <stddef.h> and some releases
+# (13.0) no __builtin_offsetof either, so on the GPU side the offset is the
+# address difference from a null Env, which NVRTC folds to a constant.
+_HOST_OFFSETOF = "#define PG_LAYOUT_OFFSETOF(T, m) __builtin_offsetof(T, m)\n"
+_DEVICE_OFFSETOF = ("#define PG_LAYOUT_OFFSETOF(T, m) "
+                    "((char *)&(((T *)0)->m) - (char *)0)\n")
 
 
 def _initializer(rows) -> str:
@@ -186,7 +234,7 @@ def host_layout(name: str, rows) -> list[int]:
     compiler = host_compiler()
     with tempfile.TemporaryDirectory(prefix="pg-layout-") as scratch:
         source, program = Path(scratch) / "layout.c", Path(scratch) / "layout"
-        source.write_text(f'#include "{name}.h"\n'
+        source.write_text(f'#include "{name}.h"\n' + _HOST_OFFSETOF +
                           f"static const unsigned long long pg_layout[] = {{\n    "
                           f"{_initializer(rows)}\n}};\n"
                           "int main(void) {\n"
@@ -208,7 +256,7 @@ def device_layout(name: str, rows, arch: str = compiler.CHECK_ARCH) -> list[int]
     """The same expressions compiled by NVRTC into the GPU translation unit (the
     env header and the kernels) as a `__device__` constant array, read back from
     the PTX."""
-    source = (compiler.kernel_source(name) +
+    source = (compiler.kernel_source(name) + _DEVICE_OFFSETOF +
               f'extern "C" __device__ const unsigned long long pg_layout[{len(rows)}] = {{\n'
               f"    {_initializer(rows)}\n}};\n")
     ptx = compiler.compile_source(name, source, "ptx", arch)[0].decode(errors="replace")

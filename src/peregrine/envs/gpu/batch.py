@@ -151,15 +151,11 @@ class _CudaKernels:
         self.device_arrays = [torch.empty(array.nbytes, dtype=torch.uint8, device=device)
                               for _, array in arrays.arrays]
         struct_bytes = bytearray(ctypes.string_at(arrays.address, arrays.size))
-        patched = set()
         for (offset, _), tensor in zip(arrays.arrays, self.device_arrays):
             struct.pack_into("<Q", struct_bytes, offset, tensor.data_ptr())
-            patched.add(offset)
         for name in BUFFER_NAMES:
             offset = arrays.buffer_offsets[name]
             struct.pack_into("<Q", struct_bytes, offset, buffers[name].data_ptr())
-            patched.add(offset)
-        self._refuse_host_pointers(struct_bytes, patched)
         self.env_struct = torch.frombuffer(struct_bytes, dtype=torch.uint8).to(device)
         self.stats_rows = self.device_arrays[arrays.index_of("stats")].view(torch.float64)
         kernel_max_threads = min(
@@ -170,23 +166,6 @@ class _CudaKernels:
         self.blocks, self.threads = gpu.launch_config(host.num_envs,
                                                       kernel_max_threads=kernel_max_threads)
         self.push()
-
-    def _refuse_host_pointers(self, struct_bytes, patched) -> None:
-        """A pointer member not made by pg_alloc would reach the GPU as a host
-        address: find any word of the struct that points into a host array."""
-        ranges = [(_pointer_at(self.arrays.address + offset), array.nbytes)
-                  for offset, array in self.arrays.arrays]
-        for name in BUFFER_NAMES:
-            array = getattr(self.host, name)
-            ranges.append((array.ctypes.data, array.nbytes))
-        for offset in range(0, len(struct_bytes) - 7, 8):
-            if offset in patched:
-                continue
-            word, = struct.unpack_from("<Q", struct_bytes, offset)
-            if any(start <= word < start + max(size, 1) for start, size in ranges):
-                raise RuntimeError(f"the {self.host.name} Env has a pointer at byte {offset} "
-                                   "that was not allocated with PG_ALLOC; the GPU build cannot "
-                                   "mirror it (see pg_env.h)")
 
     def _launch(self, kernel, *args) -> None:
         """One thread per instance on torch's current stream (captured, inside a
@@ -258,6 +237,10 @@ class DeviceEnv:
                 from error
         if self.device.type == "cuda":
             _require_cuda(torch, self.device)
+            # torch.device("cuda") != torch.device("cuda:0"), while every tensor made
+            # on it reports the index: the batch keeps the resolved one.
+            self.device = torch.device("cuda", self.device.index if self.device.index
+                                       is not None else torch.cuda.current_device())
             if num_threads != 1:
                 raise ValueError("num_threads is for the CPU batch; a CUDA batch runs one GPU "
                                  "thread per instance")

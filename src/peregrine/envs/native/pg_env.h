@@ -25,7 +25,9 @@
  *       pg.obs_dim, pg.obs_is_uint8, pg.agents_per_env, pg.action_kind,
  *       pg.action_dim and pg.action_nvec[], and allocate its state with
  *       PG_ALLOC (every array; the binding frees them, the GPU batch mirrors
- *       them). Return 0, or -1 with a message naming the offending field in err.
+ *       them: a pointer member made any other way is found by
+ *       envs/gpu/audit.py's pointer_problems in the test suite). Return 0, or -1
+ *       with a message naming the offending field in err.
  *   static void env_free(Env*);   anything else env_init made (usually nothing)
  *       env_init and env_free sit inside #ifndef PG_GPU (host only).
  *   PG_DEVICE static void env_reset(Env*, int start, int end);  fresh episodes
