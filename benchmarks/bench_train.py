@@ -60,6 +60,15 @@ Parts:
               the others reuse its on-disk cache, warm), for the CartPole throughput
               config that solves (THROUGHPUT_SOLVES) and the shipped DroneSwarm
               config. Not in the default set.
+  policy-cost what a policy variant of DroneSwarm's shipped config costs
+              (--policy-variants: mlp, mlp-global-critic, mlp-deepsets, lstm, and
+              mlp-bf16, lstm-bf16 with train.precision bf16, lstm32 and lstm32-bf16
+              with policy.lstm_size 32): one
+              trainer each in this process, updates alternated (--policy-updates
+              rounds after two warm-up updates each), median wall and CPU ms per
+              update and per phase, SPS ratio to the first variant. Pin it to one
+              core (`taskset -c 1`) for the "one quiet core" ratio. Not in the
+              default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same
@@ -265,6 +274,66 @@ def cpu_split(env_name: str, updates: int) -> dict:
                 "cpu_ms": totals, "ideal_overlap_speedup": sync / learner}
     finally:
         trainer.close()
+
+
+POLICY_VARIANTS = {
+    "mlp": [],
+    "mlp-global-critic": [("policy.critic", "global")],
+    "mlp-deepsets": [("policy.slot_encoder", "deepsets")],
+    "lstm": [("policy.lstm", True)],
+    "mlp-bf16": [("train.precision", "bf16")],
+    "lstm-bf16": [("policy.lstm", True), ("train.precision", "bf16")],
+    "lstm32": [("policy.lstm", True), ("policy.lstm_size", 32)],
+    "lstm32-bf16": [("policy.lstm", True), ("policy.lstm_size", 32), ("train.precision", "bf16")],
+}
+
+
+def policy_cost(names, updates: int, warmup: int = 2) -> dict:
+    """What each policy variant of DroneSwarm's shipped config costs per update: one
+    trainer per variant in this process, `warmup` updates each, then `updates`
+    rounds of one update per trainer in turn (a load change on the machine hits
+    every variant alike). Per variant the median wall and process-CPU ms of an
+    update and of its collect / advantages / learn; `sps_ratio` is the variant's
+    median wall SPS over the first variant's."""
+    trainers = {}
+    try:
+        for name in names:
+            config = load_config("drone_swarm", overrides=[*POLICY_VARIANTS[name],
+                                                           ("train.total_steps", 10 ** 9),
+                                                           ("train.seed", 1)])
+            trainers[name] = Trainer(config)
+            for _ in range(warmup):
+                trainers[name].update()
+        samples = {name: {"wall": [], "cpu": [], "collect": [], "advantages": [], "learn": []}
+                   for name in names}
+        for _ in range(updates):
+            for name, trainer in trainers.items():
+                row = samples[name]
+                wall, cpu = time.perf_counter(), time.process_time()
+                for phase in ("collect", "advantages", "learn"):
+                    start = time.process_time()
+                    getattr(trainer, phase)()
+                    row[phase].append((time.process_time() - start) * 1000)
+                row["wall"].append((time.perf_counter() - wall) * 1000)
+                row["cpu"].append((time.process_time() - cpu) * 1000)
+        first = names[0]
+        out = {"samples_per_update": trainers[first].batch_size, "updates": updates,
+               "variants": {}}
+        for name in names:
+            medians = {key: statistics.median(values) for key, values in samples[name].items()}
+            medians["sps_ratio"] = (statistics.median(samples[first]["wall"]) /
+                                    medians["wall"])
+            medians["cpu_ratio"] = statistics.median(samples[first]["cpu"]) / medians["cpu"]
+            out["variants"][name] = medians
+            print(f"policy cost {name:18s} wall {medians['wall']:7.1f} ms, CPU "
+                  f"{medians['cpu']:7.1f} ms (collect {medians['collect']:.1f}, advantages "
+                  f"{medians['advantages']:.1f}, learn {medians['learn']:.1f}); SPS ratio to "
+                  f"{first}: wall {medians['sps_ratio']:.3f}, CPU {medians['cpu_ratio']:.3f}",
+                  flush=True)
+        return out
+    finally:
+        for trainer in trainers.values():
+            trainer.close()
 
 
 def best_of(repeats: int, measure_pair):
@@ -536,6 +605,7 @@ def sb3_run(seed: int, cap: int) -> dict | None:
 def drone_swarm_run(steps: int | None, run_dir: str, plot: str | None, episodes: int = 64) -> dict:
     from peregrine.evaluate import evaluate
     from peregrine.train.run import train
+    from peregrine.monitor.plots import episode_bins, read_jsonl
     config = load_config("drone_swarm", overrides=[("train.total_steps", steps)] if steps else [])
     summary = train(config, run_dir)
     results = {"train": summary, "eval": {}}
@@ -546,20 +616,11 @@ def drone_swarm_run(steps: int | None, run_dir: str, plot: str | None, episodes:
         print(f"drone_swarm eval {label}: delivered {result['mean']['delivered']:.2f} "
               f"+- {result['std']['delivered']:.2f}, success {result['mean']['success']:.3f}, "
               f"length {result['mean']['episode_length']:.0f}", flush=True)
-    records = [json.loads(line) for line in open(f"{run_dir}/metrics.jsonl")]
     # Per update only the episodes that ended in it count: the 128 instances'
     # 800-step episodes end together, about every 0.8M agent steps, plus a few
     # early successes between. The curve pools them in half-million-step bins,
     # weighted by episodes, and leaves out bins of fewer than 32 episodes.
-    bins: dict = {}
-    for r in records:
-        if r.get("episodes_this_update"):
-            pool = bins.setdefault(r["global_step"] // 500_000, [0.0, 0, 0])
-            pool[0] += r["env_stats"]["delivered"] * r["episodes_this_update"]
-            pool[1] += r["episodes_this_update"]
-            pool[2] = r["global_step"]
-    curve = [(last, total / count, count) for total, count, last in
-             (bins[key] for key in sorted(bins)) if count >= 32]
+    curve = episode_bins(read_jsonl(f"{run_dir}/metrics.jsonl"), "delivered", 500_000, 32)
     results["curve"] = curve
     if plot:
         import matplotlib
@@ -601,7 +662,11 @@ def main(argv=None) -> int:
     parser.add_argument("--throughput-steps", type=int, default=4_000_000)
     parser.add_argument("--only", choices=["solve", "throughput", "gae", "sb3", "drone_swarm",
                                            "overlap", "split", "normalisers",
-                                           "compile"], nargs="+")
+                                           "compile", "policy-cost"], nargs="+")
+    parser.add_argument("--policy-variants", nargs="+", choices=sorted(POLICY_VARIANTS),
+                        default=["mlp", "lstm"], help="policy-cost part: the first is the "
+                        "baseline of the ratios")
+    parser.add_argument("--policy-updates", type=int, default=8)
     parser.add_argument("--normaliser-updates", type=int, default=10)
     parser.add_argument("--normaliser-repeats", type=int, default=3)
     parser.add_argument("--overlap-cartpole-steps", type=int, default=8_000_000)
@@ -693,6 +758,8 @@ def main(argv=None) -> int:
     if "compile" in parts:
         results["compile"] = compile_part(args.compile_cartpole_steps, args.compile_drone_steps,
                                           args.compile_repeats)
+    if "policy-cost" in parts:
+        results["policy_cost"] = policy_cost(args.policy_variants, args.policy_updates)
     if "gae" in parts:
         results["gae"] = gae_timing()
         for row in results["gae"]:

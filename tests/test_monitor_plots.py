@@ -33,3 +33,53 @@ def test_run_without_episodes_still_gets_a_figure_and_missing_file_is_clear(tmp_
     assert plot_learning_curve(tmp_path, output=tmp_path / "x.png").stat().st_size > 0
     with pytest.raises(FileNotFoundError, match="no metrics.jsonl"):
         plot_learning_curve(tmp_path / "missing")
+
+
+def test_episode_bins_weight_each_update_by_its_episodes():
+    records = [
+        {"global_step": 100, "episodes_this_update": 0, "episode_length": None},
+        {"global_step": 400, "episodes_this_update": 1, "episode_length": 10.0,
+         "env_stats": {"delivered": 2.0}},
+        {"global_step": 900, "episodes_this_update": 3, "episode_length": 30.0,
+         "env_stats": {"delivered": 6.0}},
+        {"global_step": 1500, "episodes_this_update": 2, "episode_length": 5.0,
+         "env_stats": {"delivered": 1.0}},
+        {"global_step": 2100, "episodes_this_update": 1, "episode_length": float("nan")},
+    ]
+    from peregrine.monitor.plots import episode_bins
+    # bin 0 (steps 0-999): (10 * 1 + 30 * 3) / 4; bin 1: the one update; NaN skipped
+    assert episode_bins(records, "episode_length", 1000) == [(900, 25.0, 4), (1500, 5.0, 2)]
+    assert episode_bins(records, "delivered", 1000) == [(900, 5.0, 4), (1500, 1.0, 2)]
+    assert episode_bins(records, "delivered", 1000, min_episodes=3) == [(900, 5.0, 4)]
+
+
+def test_the_swarm_curves_script_draws_every_group_and_refuses_bad_specs(tmp_path):
+    """benchmarks/plot_swarm_curves.py: a figure from run directories' metrics.jsonl
+    (fake runs here), the scripted line measured; a group naming no panel, or a
+    glob matching nothing, is refused."""
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[1]
+    sys.path.insert(0, str(root / "benchmarks"))
+    try:
+        import plot_swarm_curves
+    finally:
+        sys.path.pop(0)
+    for seed in (1, 2):
+        run = tmp_path / f"run_s{seed}"
+        run.mkdir()
+        with open(run / "metrics.jsonl", "w") as handle:
+            for update in range(1, 6):
+                handle.write(json.dumps({"global_step": update * 600_000,
+                                         "episodes_this_update": 20,
+                                         "episode_length": 1000.0 / update / seed}) + "\n")
+    output = tmp_path / "curves.png"
+    assert plot_swarm_curves.main([str(output), "--panel", "wilderness;wilderness;71",
+                                   "--group", f"wilderness;fake;{tmp_path}/run_s*"]) == 0
+    assert output.stat().st_size > 10_000
+    with pytest.raises(SystemExit):
+        plot_swarm_curves.main([str(output), "--panel", "wilderness;wilderness;71",
+                                "--group", f"other;fake;{tmp_path}/run_s*"])
+    with pytest.raises(SystemExit):
+        plot_swarm_curves.main([str(output), "--panel", "wilderness;wilderness;71",
+                                "--group", f"wilderness;fake;{tmp_path}/nothing*"])

@@ -48,6 +48,26 @@ def _series(records, key):
     return steps, values
 
 
+def episode_bins(records, key: str, width: int, min_episodes: int = 1):
+    """[(last global_step of the bin, mean, episodes)] of `key` over the episodes
+    that ended in each `width`-step bin: each update's value (a top-level field
+    such as ``episode_length``, or an ``env_stats`` entry such as ``delivered``) is
+    weighted by ``episodes_this_update``; bins of fewer than `min_episodes`
+    episodes are left out. Per-update means are noisy where few episodes end in an
+    update (DroneSwarm's fixed-length episodes end together), bins are not."""
+    bins: dict = {}
+    for record in records:
+        count = record.get("episodes_this_update") or 0
+        value = record.get(key, (record.get("env_stats") or {}).get(key))
+        if count and isinstance(value, (int, float)) and math.isfinite(value):
+            pool = bins.setdefault(int(record["global_step"]) // width, [0.0, 0, 0])
+            pool[0] += value * count
+            pool[1] += count
+            pool[2] = record["global_step"]
+    return [(last, total / count, count) for total, count, last in
+            (bins[index] for index in sorted(bins)) if count >= min_episodes]
+
+
 def _smooth(values, window: int):
     """Trailing moving average (the raw curve is drawn faintly beside it)."""
     out, total = [], 0.0
