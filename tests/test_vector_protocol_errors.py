@@ -54,6 +54,23 @@ def test_actions_written_in_place_are_sent_as_they_are():
             assert rew_a == rew_b
 
 
+def test_actions_written_in_place_skip_the_check_and_the_copy():
+    """A view of the shared action rows is a new object on every slice: send() knows
+    it by its memory, not by identity, and neither checks nor copies it; any other
+    array is checked and copied."""
+    with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
+                 batch_size=2, seed=0) as env:
+        checked = []
+        env._check_actions = lambda actions, rows: checked.append(rows)
+        env.async_reset(seed=0)
+        *_rest, env_ids, _masks = env.recv()
+        env.send(env.actions[env_ids[0]:env_ids[0] + 2])
+        assert checked == []
+        *_rest, env_ids, _masks = env.recv()
+        env.send(np.zeros(2, dtype=env.actions.dtype))
+        assert checked == [2]
+
+
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
 def test_step_with_the_envs_own_action_buffer(backend):
     results = []

@@ -697,7 +697,7 @@ class Multiprocessing(VectorBase):
         if self._contiguous(batch):
             start = batch[0] * self.rows_per_worker
             target = self.actions[start:start + rows]
-            if actions is not target:
+            if not _same_memory(actions, target):   # written in place: nothing to copy
                 self._check_actions(actions, rows)
                 target[...] = actions
         else:
@@ -795,3 +795,12 @@ class Multiprocessing(VectorBase):
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer()
+
+
+def _same_memory(array, target: np.ndarray) -> bool:
+    """Whether `array` is exactly `target`'s memory (a view of the shared actions
+    that the caller wrote into): same address, dtype, shape and strides. A fresh
+    slice is a new object each time, so identity cannot tell."""
+    return (isinstance(array, np.ndarray) and array.dtype == target.dtype
+            and array.shape == target.shape and array.strides == target.strides
+            and array.ctypes.data == target.ctypes.data)
