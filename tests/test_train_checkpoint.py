@@ -284,3 +284,24 @@ def test_resume_is_exact_through_a_vector_backend(tmp_path):
     assert got == expected
     uninterrupted.close()
     resumed.close()
+
+
+def test_loading_a_state_leaves_the_callers_dict_untouched():
+    """Trainer.load_state_dict copies the optimizer's moments: a second trainer that
+    loads one in-memory state and trains on does not move the state's tensors (torch's
+    Optimizer.load_state_dict alone keeps them when device and dtype fit)."""
+    first = Trainer(small_config())
+    second = Trainer(small_config())
+    try:
+        run_updates(first, 2)
+        state = first.state_dict()
+        moments = {key: value.clone() for key, value in
+                   state["optimizer"]["state"][0].items() if torch.is_tensor(value)}
+        assert moments
+        second.load_state_dict(state)
+        run_updates(second, 2)
+        for key, value in moments.items():
+            assert torch.equal(state["optimizer"]["state"][0][key], value), key
+    finally:
+        first.close()
+        second.close()

@@ -62,6 +62,7 @@ Correctness points worth naming:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import math
 import time
@@ -501,7 +502,10 @@ class Trainer:
                              f"has {self.rows}; keep vec.num_envs when resuming")
         try:
             self.policy.load_state_dict(state["policy"])
-            self.optimizer.load_state_dict(state["optimizer"])
+            # torch keeps the dict's own moment tensors where device and dtype
+            # already fit: a copy, so that training on does not change the caller's
+            # state (an in-memory state_dict handed to two trainers, say).
+            self.optimizer.load_state_dict(copy.deepcopy(state["optimizer"]))
         except (RuntimeError, ValueError, KeyError) as error:
             raise ValueError(f"checkpoint's policy does not fit this run's [policy] config "
                              f"(keep the run's config when resuming): {error}") from None
