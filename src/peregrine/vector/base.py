@@ -99,6 +99,10 @@ class VectorBase:
                     if actions.shape == shape else "")
             raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
                              f"shape {actions.shape}{hint}")
+        if not actions.flags.c_contiguous:
+            # As the native batch: one contract whatever the backend (check_env's rule).
+            raise ValueError("actions must be a C-contiguous array, got a strided view; pass "
+                             "np.ascontiguousarray(actions)")
         high = self._action_high
         if high is not None and actions.size:
             as_unsigned = actions.view(self._action_unsigned)
