@@ -110,6 +110,31 @@ def test_device_batch_is_bit_identical_to_the_c_batch_at_scale(name):
     device_env.close()
 
 
+def test_global_states_on_the_device_equal_the_c_batch():
+    """DroneSwarm's global state (the centralised critic's input) written by the
+    device batch's pg_states pass: bit-identical to the C batch's, final states of
+    ended episodes included, at the acceptance's scale on a GPU."""
+    obstacles = {**SHORT, "preset": "wilderness_obstacles_hard"}
+    reference = peregrine.make("drone_swarm", num_envs=NUM_ENVS, seed=5, **obstacles)
+    device_env = peregrine.make("drone_swarm", num_envs=NUM_ENVS, seed=5, device=DEVICE,
+                                **obstacles)
+    reference.enable_states()
+    states = device_env.enable_states()
+    assert states.device.type == DEVICE.type
+    rng = np.random.default_rng(4)
+    for step in range(min(STEPS, 200)):
+        actions = action_batch(reference, rng)
+        reference.step(actions)
+        device_env.step(torch.from_numpy(actions).to(DEVICE))
+        np.testing.assert_array_equal(reference.states, states.cpu().numpy(),
+                                      err_msg=f"states after step {step}")
+        np.testing.assert_array_equal(reference.final_states,
+                                      device_env.final_states.cpu().numpy(),
+                                      err_msg=f"final states after step {step}")
+    reference.close()
+    device_env.close()
+
+
 def test_bad_actions_are_repaired_alike_on_the_device():
     """Out-of-range discrete actions become 0 on the device, counted by check()."""
     env = peregrine.make("cartpole", num_envs=NUM_ENVS, seed=0, device=DEVICE)
