@@ -244,3 +244,13 @@ def test_the_wilderness_global_variant_is_the_wilderness_one_with_a_global_criti
     assert mappo.train.total_steps == plain.train.total_steps == 20_000_000
     mappo.policy.critic = plain.policy.critic
     assert mappo.to_dict() == plain.to_dict()
+
+
+def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstacles():
+    """Same settings as `wilderness-global` (variants do not layer), on the preset with
+    obstacles: one source of the recipe, checked here."""
+    obstacles, wilderness = (load_config("drone_swarm", name) for name in
+                             ("obstacles-global", "wilderness-global"))
+    assert obstacles.env["preset"] == "wilderness_obstacles_hard"
+    obstacles.env["preset"] = wilderness.env["preset"]
+    assert obstacles.to_dict() == wilderness.to_dict()
