@@ -10,7 +10,7 @@ swarm's mean episode length on that preset (64 episodes, seed 0, measured when t
 figure is drawn) and the target as horizontal lines. A group is "PANEL
 TITLE;LABEL;GLOB": every run directory the glob matches is drawn as one thin line
 in the group's colour. The y value is the mean length of the training episodes
-that ended in each million agent steps (`monitor.plots.episode_bins`), on a log
+that ended in each whole million agent steps (`monitor.plots.episode_bins`), on a log
 scale: 1,000 is the time limit, an episode that ends sooner delivered every victim.
 Needs Matplotlib (the `train` extra).
 """
@@ -66,8 +66,12 @@ def main(argv=None) -> int:
         groups = [group for group in args.group if group[0] == title]
         for index, (_, label, runs) in enumerate(groups):
             for number, run in enumerate(runs):
-                curve = episode_bins(read_jsonl(run / "metrics.jsonl"), "episode_length",
-                                     BIN_STEPS, MIN_EPISODES)
+                records = read_jsonl(run / "metrics.jsonl")
+                # whole bins only: a run's last few updates past a multiple of BIN_STEPS
+                # would make a bin of a handful of episodes
+                end = max(r["global_step"] for r in records) // BIN_STEPS * BIN_STEPS
+                curve = episode_bins([r for r in records if r["global_step"] < end],
+                                     "episode_length", BIN_STEPS, MIN_EPISODES)
                 axis.plot([step / 1e6 for step, _, _ in curve], [value for _, value, _ in curve],
                           color=colours[index % len(colours)], linewidth=1.2, alpha=0.8,
                           label=f"{label} ({len(runs)} seeds)" if number == 0 else None)
