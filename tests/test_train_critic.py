@@ -254,3 +254,13 @@ def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstac
     assert obstacles.env["preset"] == "wilderness_obstacles_hard"
     obstacles.env["preset"] = wilderness.env["preset"]
     assert obstacles.to_dict() == wilderness.to_dict()
+
+
+def test_the_global_variant_is_the_shipped_config_with_memory_and_a_global_critic():
+    """`--config global` changes the default preset's shipped recipe in exactly two
+    settings: what the five-seed comparison in RESULTS measured."""
+    mappo, shipped = load_config("drone_swarm", "global"), load_config("drone_swarm")
+    assert (mappo.policy.lstm, mappo.policy.critic) == (True, "global")
+    assert (shipped.policy.lstm, shipped.policy.critic) == (False, "local")
+    mappo.policy.lstm, mappo.policy.critic = shipped.policy.lstm, shipped.policy.critic
+    assert mappo.to_dict() == shipped.to_dict()
