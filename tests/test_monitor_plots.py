@@ -72,11 +72,18 @@ def test_the_swarm_curves_script_draws_every_group_and_refuses_bad_specs(tmp_pat
             for update in range(1, 6):
                 handle.write(json.dumps({"global_step": update * 600_000,
                                          "episodes_this_update": 20,
-                                         "episode_length": 1000.0 / update / seed}) + "\n")
+                                         "episode_length": 1000.0 / update / seed,
+                                         "env_stats": {"delivered": update / seed}}) + "\n")
     output = tmp_path / "curves.png"
     assert plot_swarm_curves.main([str(output), "--panel", "wilderness;wilderness;71",
                                    "--group", f"wilderness;fake;{tmp_path}/run_s*"]) == 0
     assert output.stat().st_size > 10_000
+    two = tmp_path / "two.png"          # a second panel of an episode statistic
+    assert plot_swarm_curves.main([str(two), "--panel", "wilderness;wilderness;71",
+                                   "--panel", "default;default;9.8;delivered",
+                                   "--group", f"wilderness;fake;{tmp_path}/run_s*",
+                                   "--group", f"default;fake;{tmp_path}/run_s*"]) == 0
+    assert two.stat().st_size > output.stat().st_size
     with pytest.raises(SystemExit):
         plot_swarm_curves.main([str(output), "--panel", "wilderness;wilderness;71",
                                 "--group", f"other;fake;{tmp_path}/run_s*"])
