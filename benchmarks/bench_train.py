@@ -63,12 +63,11 @@ Parts:
   policy-cost what a policy variant of DroneSwarm's shipped config costs
               (--policy-variants: mlp, mlp-global-critic, mlp-deepsets, lstm, and
               mlp-bf16, lstm-bf16 with train.precision bf16, lstm32 and lstm32-bf16
-              with policy.lstm_size 32): one
-              trainer each in this process, updates alternated (--policy-updates
-              rounds after two warm-up updates each), median wall and CPU ms per
-              update and per phase, SPS ratio to the first variant. Pin it to one
-              core (`taskset -c 1`) for the "one quiet core" ratio. Not in the
-              default set.
+              with policy.lstm_size 32): one trainer each in this process, updates
+              alternated (--policy-updates rounds after two warm-up updates each),
+              median wall and CPU ms per update and per phase, SPS ratio to the
+              first variant. Pin it to one core (`taskset -c 1`) for the "one quiet
+              core" ratio. Not in the default set.
   sb3         Stable-Baselines3 PPO with the RL-Zoo CartPole-v1 hyperparameters
               (8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8,
               linear lr 1e-3 and clip 0.2) on Gymnasium's CartPole-v1, same

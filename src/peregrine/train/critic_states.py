@@ -54,6 +54,9 @@ class CriticStates:
         self.ids = None
         if kind == "global":
             self.ids = torch.eye(self.agents, device=self.device).repeat(self.num_envs, 1)
+        # The bootstrap's column, rebuilt in place: the device pipeline asks for it at
+        # every step, and its value is read at once.
+        self._final = torch.empty(self.rows, self.width, device=self.device)
 
     def _fill(self, out: torch.Tensor, states: torch.Tensor) -> torch.Tensor:
         """out [rows, width] <- each row's instance state (and agent id)."""
@@ -74,6 +77,5 @@ class CriticStates:
     def final(self, rows: torch.Tensor | None = None) -> torch.Tensor:
         """The column of the states the rows' episodes ended on (valid on rows that
         just ended): every row, or the rows of the index tensor `rows`."""
-        column = self._fill(torch.empty(self.rows, self.width, device=self.device),
-                            self.final_states)
+        column = self._fill(self._final, self.final_states)
         return column if rows is None else column[rows]

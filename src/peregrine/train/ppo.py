@@ -85,9 +85,8 @@ from .storage import RolloutStorage
 
 
 def resolve_device(name: str) -> torch.device:
-    """train.device as a torch.device; CUDA always with its index ("cuda" is the
-    current device), because torch.device("cuda") != torch.device("cuda:0") while
-    every tensor made there reports "cuda:0"."""
+    """train.device as a torch.device; CUDA always with its index, as the device
+    batch names it (envs/gpu/batch.py, `with_cuda_index`)."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     device = torch.device(name)
@@ -95,8 +94,8 @@ def resolve_device(name: str) -> torch.device:
         if not torch.cuda.is_available():
             raise ValueError(f"train.device = {name!r} but no CUDA device is available; use "
                              "'cpu' or 'auto'")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
+        from ..envs.gpu.batch import with_cuda_index
+        device = with_cuda_index(torch, device)
     return device
 
 

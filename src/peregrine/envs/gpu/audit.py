@@ -12,7 +12,8 @@ read as silent garbage. `check_layout(name)` proves it per env:
 2. that one list becomes one array of `sizeof`/`__alignof__`/offset expressions
    (`__builtin_offsetof` on the host; under NVRTC, which lacks it in some
    releases, the address difference from a null Env), compiled by the host C
-   compiler (a small program prints it) and by NVRTC (a `__device__` constant array, read back from the PTX text);
+   compiler (a small program prints it) and by NVRTC (a `__device__` constant
+   array, read back from the PTX text);
 3. the two arrays must be equal.
 
 `kernel_resources(name)` compiles the kernels to a cubin for `sm_90` with ptxas'
@@ -130,7 +131,6 @@ def _members(entries, structure, prefix: str) -> list[tuple[str, dict | None]]:
             members += _members(entries, kind, path + ".")
         elif kind["tag"] == "DW_TAG_array_type":
             element = _strip_qualifiers(entries, _type_of(entries, kind))
-            kind["element_tag"] = None if element is None else element["tag"]
             index = "[0]" * sum(entries[c]["tag"] == "DW_TAG_subrange_type"
                                 for c in kind["children"])
             if element is not None and element["tag"] in ("DW_TAG_structure_type",
@@ -144,7 +144,8 @@ def _member_paths(entries, structure, prefix: str) -> list[str]:
     return [path for path, _ in _members(entries, structure, prefix)]
 
 
-def _env_members(name: str) -> list[tuple[str, dict | None]]:
+def _env_members(name: str) -> tuple[dict[int, dict], list[tuple[str, dict | None]]]:
+    """(the debug-information entries, `_members` of env `name`'s struct Env)."""
     readelf = shutil.which("readelf")
     if readelf is None:
         raise LayoutToolMissing("readelf (binutils) is not installed")
@@ -162,12 +163,12 @@ def _env_members(name: str) -> list[tuple[str, dict | None]]:
     if len(structures) != 1:
         raise RuntimeError(f"expected one definition of struct Env in the {name} header's "
                            f"debug information, found {len(structures)}")
-    return _members(entries, structures[0], "")
+    return entries, _members(entries, structures[0], "")
 
 
 def env_fields(name: str) -> list[str]:
     """Every member of env `name`'s `struct Env`, as the host compiler sees it."""
-    return [path for path, _ in _env_members(name)]
+    return [path for path, _ in _env_members(name)[1]]
 
 
 def pointer_problems(name: str, env_class) -> list[str]:
@@ -177,13 +178,15 @@ def pointer_problems(name: str, env_class) -> list[str]:
     Env` (from the debug information) must sit at one of those offsets (from the
     binding's `layout()` of a default-config batch of `env_class`, the env's
     NativeEnv class); an array of pointers cannot be mirrored at all."""
-    members = _env_members(name)
-    pointers = [path for path, kind in members
-                if kind is not None and kind["tag"] == "DW_TAG_pointer_type"]
+    entries, members = _env_members(name)
+
+    def tag(kind):
+        return None if kind is None else kind["tag"]
+    pointers = [path for path, kind in members if tag(kind) == "DW_TAG_pointer_type"]
     problems = [f"{path}: an array of pointers cannot be mirrored on the GPU"
-                for path, kind in members
-                if kind is not None and kind["tag"] == "DW_TAG_array_type"
-                and kind.get("element_tag") == "DW_TAG_pointer_type"]
+                for path, kind in members if tag(kind) == "DW_TAG_array_type"
+                and tag(_strip_qualifiers(entries, _type_of(entries, kind)))
+                == "DW_TAG_pointer_type"]
     offsets = host_layout(name, [(path, f"PG_LAYOUT_OFFSETOF(Env, {path})")
                                  for path in pointers]) if pointers else []
     env = env_class(num_envs=1)

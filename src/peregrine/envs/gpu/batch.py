@@ -237,10 +237,7 @@ class DeviceEnv:
                 from error
         if self.device.type == "cuda":
             _require_cuda(torch, self.device)
-            # torch.device("cuda") != torch.device("cuda:0"), while every tensor made
-            # on it reports the index: the batch keeps the resolved one.
-            self.device = torch.device("cuda", self.device.index if self.device.index
-                                       is not None else torch.cuda.current_device())
+            self.device = with_cuda_index(torch, self.device)
             if num_threads != 1:
                 raise ValueError("num_threads is for the CPU batch; a CUDA batch runs one GPU "
                                  "thread per instance")
@@ -422,6 +419,14 @@ class DeviceEnv:
     def __repr__(self):
         return (f"DeviceEnv({self.name!r}, num_envs={self.num_envs}, agents_per_env="
                 f"{self.agents_per_env}, device={str(self.device)!r})")
+
+
+def with_cuda_index(torch, device):
+    """A CUDA device always with its index ("cuda" = the current device):
+    torch.device("cuda") != torch.device("cuda:0"), while every tensor made there
+    reports "cuda:0", so devices are compared in this form (the batch, the trainer)."""
+    return device if device.index is not None else \
+        torch.device("cuda", torch.cuda.current_device())
 
 
 def _require_cuda(torch, device) -> None:
