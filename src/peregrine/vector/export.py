@@ -10,6 +10,10 @@ step that the native interface avoids. Rows whose mask is False (absent
 agents of a multi-agent env) still appear; the Gymnasium adapter puts
 `masks` in infos, SB3 has no notion of them.
 
+All three carry metadata["render_fps"], the frame rate of their env's
+renderer (the registry's RENDERERS), whatever their render_mode: video
+recorders read it (Gymnasium's RecordVideo, SB3's VecVideoRecorder).
+
 Every row of a batch shares the batch's attributes and methods, so the
 per-sub-env attribute calls (Gymnasium's get_attr/set_attr/call, SB3's
 get_attr/set_attr/env_method) read a batch attribute once per row (a
@@ -19,7 +23,10 @@ rows, is refused with an error saying so.
 """
 from __future__ import annotations
 
+import ast
+import functools
 import importlib
+import importlib.util
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -62,9 +69,47 @@ class _Renderer:
     def module(self):
         return importlib.import_module(self.module_name)
 
-    @property
-    def fps(self) -> int:
-        return self.module.RENDER_FPS
+
+@functools.lru_cache(maxsize=None)
+def _render_fps(module_name: str) -> int:
+    """RENDER_FPS of a drawing module, read from its source without running it.
+
+    Every export states its fps in metadata whatever its render_mode, and a
+    drawing module may import what only drawing needs (drone_swarm's imports
+    Pillow, which the core install lacks): an env made without a render_mode
+    must neither need that nor pay for importing it. A module whose source
+    cannot be read (or that computes the value) is imported instead."""
+    spec = importlib.util.find_spec(module_name)
+    source = spec.loader.get_source(module_name) if spec is not None and spec.loader else None
+    if source is not None:
+        for node in ast.parse(source).body:
+            if isinstance(node, ast.Assign) and any(
+                    isinstance(target, ast.Name) and target.id == "RENDER_FPS"
+                    for target in node.targets):
+                try:
+                    return ast.literal_eval(node.value)
+                except ValueError:
+                    break
+    return importlib.import_module(module_name).RENDER_FPS
+
+
+def _renderer_fps(env) -> int | None:
+    """The fps of the env's renderer; None for an env without one (a Python
+    env in a backend)."""
+    module_name = RENDERERS.get(getattr(env, "name", None))
+    return None if module_name is None else _render_fps(module_name)
+
+
+def _render_metadata(env) -> dict:
+    """The render entries of a Gymnasium export's metadata: "render_modes"
+    (what it can draw) and "render_fps", the renderer's, whatever the
+    render_mode: video recorders read it from metadata (Gymnasium's
+    RecordVideo, SB3's VecVideoRecorder, which otherwise writes 30 fps)."""
+    fps = _renderer_fps(env)
+    if fps is None:
+        return {"render_modes": []}
+    return {"render_modes": ["rgb_array"] if hasattr(env, "get_state") else [],
+            "render_fps": fps}
 
 
 def _renderer(env, render_mode):
@@ -274,11 +319,7 @@ class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
         self.autoreset_mode = autoreset_mode
         self._renderer = _renderer(env, render_mode)
         self.render_mode = render_mode
-        self.metadata = {"autoreset_mode": autoreset_mode,
-                         "render_modes": ["rgb_array"] if getattr(env, "name", None) in RENDERERS
-                         and hasattr(env, "get_state") else []}
-        if self._renderer is not None:
-            self.metadata["render_fps"] = self._renderer.fps
+        self.metadata = {"autoreset_mode": autoreset_mode, **_render_metadata(env)}
         self._episodes = _EpisodeRecorder(env) if record_episode_statistics else None
         self._ended = np.zeros(self.num_envs, bool)  # rows that ended on the last step
         self.closed = False
@@ -496,9 +537,7 @@ class GymnasiumEnv(IndependentCopies, Env):
             batch.close()
             raise
         self.render_mode = render_mode
-        self.metadata = {"render_modes": ["rgb_array"] if name in RENDERERS else []}
-        if self._renderer is not None:
-            self.metadata["render_fps"] = self._renderer.fps
+        self.metadata = _render_metadata(batch)
         self.observation_space = batch.single_observation_space
         self.action_space = batch.single_action_space
         self._actions = np.zeros_like(batch.actions)
@@ -571,7 +610,9 @@ def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
     """An SB3 VecEnv over a Peregrine env (requires stable-baselines3).
 
     render_mode="rgb_array" (envs with a renderer) gives SB3's render() and
-    get_images() one frame per row, each row showing its instance."""
+    get_images() one frame per row, each row showing its instance. metadata
+    holds SB3's "render_modes" and, whatever the render_mode, the renderer's
+    "render_fps" (SB3's VecVideoRecorder writes its videos at that rate)."""
     from stable_baselines3.common.vec_env import VecEnv
 
     renderer = _renderer(env, render_mode)
@@ -593,6 +634,10 @@ def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
             self.render_mode = render_mode
             super().__init__(env.num_agents, env.single_observation_space,
                              env.single_action_space)
+            # SB3's VecEnv sets metadata["render_modes"] (from render_mode) itself.
+            fps = _renderer_fps(env)
+            if fps is not None:
+                self.metadata["render_fps"] = fps
             self._episodes = _EpisodeRecorder(env)
             self._start = time.perf_counter()
             self._actions = None

@@ -18,7 +18,12 @@ battery 0), so `agents` is every drone until the episode ends, for all drones
 at once (all victims delivered or all batteries empty: terminated; step limit:
 truncated); then `agents` is empty until `reset`. The returned observations of
 that last step are the episode's final ones. `infos[agent]["episode"]` then
-holds the episode statistics (return, length, delivered, ...).
+holds the episode statistics (episode_return, episode_length, delivered, ...)
+and, under SB3's Monitor keys, "r" (that agent's own return, float), "l"
+(the episode's length in steps, int) and "t" (seconds since the env was made,
+rounded to 1e-6, as SB3's Monitor writes it): SB3 reads those from any info
+that has "episode", e.g. PPO over SuperSuit's concat_vec_envs_v1(...,
+base_class="stable_baselines3").
 
 Actions: a dict holding every agent of `agents`, each a 3-vector (vx, vy, scan)
 in [-1, 1] (the native rules clamp; NaN/inf become 0). A missing or unknown
@@ -30,6 +35,8 @@ sets H = W (default 320). `render_mode="human"` shows that frame in a
 matplotlib window after every reset and step, as PettingZoo's own envs do,
 and render() returns None (needs matplotlib, in the `train` extra; without a
 display, matplotlib's non-interactive backend shows nothing and says so).
+Every human-mode env has a window of its own: closing one env closes only
+its window.
 
 PettingZoo's conventions: `max_cycles=k` is the episode's step limit (the
 config field `max_steps`); `env(...)` is the AEC version (PettingZoo's
@@ -41,6 +48,7 @@ same state (NativeEnv.__reduce__).
 """
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -83,6 +91,11 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
                                    for agent in self.possible_agents}
         self.action_spaces = {agent: self._env.single_action_space for agent in self.possible_agents}
         self.state_space = self._make_state_space()
+        # SB3 Monitor's "r", "l" and "t" (module doc). Wall-clock time, as the
+        # Monitor's: a copy pickled into a SuperSuit worker process keeps its start.
+        self._created = time.time()
+        self._returns = np.zeros(len(self.possible_agents), np.float64)
+        self._length = 0
 
     def observation_space(self, agent: str) -> spaces.Box:
         return self.observation_spaces[agent]
@@ -99,6 +112,8 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
         from it (same seed -> same episode), without one the stream continues."""
         observations, _ = self._env.reset(seed=seed)
         self._env.instance_stats(clear=True)
+        self._returns[:] = 0.0
+        self._length = 0
         self.agents = list(self.possible_agents)
         if self.render_mode == "human":
             self.render()
@@ -122,6 +137,8 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
                                  f"got {value.shape}")
             buffer[self._index[agent]] = value
         _, rewards, terminals, truncations, _ = self._env.step(buffer)
+        self._returns += rewards
+        self._length += 1
         ended = bool(terminals[0] or truncations[0])  # every drone ends with its instance
         rows = self._env.final_observations if ended else self._env.observations
         observations = self._observations(rows)
@@ -131,10 +148,13 @@ class DroneSwarmParallelEnv(IndependentCopies, ParallelEnv):
         infos: dict[str, dict] = {agent: {} for agent in self.agents}
         if ended:
             episodes, sums = self._env.instance_stats(clear=True)
+            statistics = {}
             if episodes[0] == 1:
-                episode = dict(zip(self._env.stat_names, (float(v) for v in sums[0])))
-                for agent in self.agents:
-                    infos[agent]["episode"] = dict(episode)
+                statistics = dict(zip(self._env.stat_names, (float(v) for v in sums[0])))
+            elapsed = round(time.time() - self._created, 6)
+            for agent, i in self._index.items():
+                infos[agent]["episode"] = {**statistics, "r": float(self._returns[i]),
+                                           "l": self._length, "t": elapsed}
             self.agents = []
         if self.render_mode == "human":
             self.render()
@@ -203,7 +223,11 @@ class _Window:
             raise ImportError("render_mode='human' shows frames with matplotlib: pip install "
                               "'peregrine-rl[train]' (or use render_mode='rgb_array')") from error
         self.pyplot = pyplot
-        self.figure, axes = pyplot.subplots(num=title)
+        # A new figure, not one found by name (num=title): that would make a
+        # second env fail (matplotlib refuses an existing num) or share the
+        # first's window, which closing either env would then close.
+        self.figure, axes = pyplot.subplots()
+        self.figure.canvas.manager.set_window_title(title)
         axes.set_axis_off()
         self.image = None
         self.axes = axes
