@@ -98,11 +98,11 @@ def test_lstm_with_a_dividing_bptt_horizon_is_accepted():
 def test_an_unregistered_env_passes_its_values_through_typed():
     """A gymnasium or user env (not a registered native one) has no field list: its
     [env] values are kept, strings read as numbers where they are numbers."""
-    config = load_config("my_gym_env", overrides=[
+    config = load_config("gym:MyGymEnv-v0", overrides=[
         ("env.max_steps", "200"), ("env.scale", "0.5"), ("env.mode", "hard"),
-        ("env.layout", [1, 2])])
-    assert config.env == {"name": "my_gym_env", "max_steps": 200, "scale": 0.5, "mode": "hard",
-                          "layout": [1, 2]}
+        ("env.layout", [1, 2]), ("env.flags", "[1, 2]"), ("env.on", "true")])
+    assert config.env == {"name": "gym:MyGymEnv-v0", "max_steps": 200, "scale": 0.5,
+                          "mode": "hard", "layout": [1, 2], "flags": [1, 2], "on": True}
     assert isinstance(config.env["max_steps"], int) and isinstance(config.env["scale"], float)
     # no shipped file for it: the built-in defaults
     assert config.train.total_steps == Config().train.total_steps
@@ -121,8 +121,14 @@ def test_lists_round_trip_through_toml_and_other_values_are_refused(tmp_path):
     path.write_text(text)
     assert read_toml(path)["env"] == {"name": "my_gym_env", "layout": [1, 2.5, "x", True],
                                       "empty": []}
-    with pytest.raises(ValueError, match=r"cannot write \{'a': 1\} to TOML"):
-        dump_toml({"env": {"table": {"a": 1}}})
+    # tables (env.wrappers entries) are written inline and read back equal
+    wrappers = [{"name": "FrameStackObservation", "stack_size": 4}, "NormalizeObservation"]
+    path.write_text(dump_toml({"env": {"name": "gym:X-v0", "wrappers": wrappers,
+                                       "odd key": {"a b": 1}}}))
+    assert read_toml(path)["env"] == {"name": "gym:X-v0", "wrappers": wrappers,
+                                      "odd key": {"a b": 1}}
+    with pytest.raises(ValueError, match=r"cannot write \{1, 2\} to TOML"):
+        dump_toml({"env": {"set": {1, 2}}})
     with pytest.raises(ValueError, match="cannot write None to TOML"):
         dump_toml({"env": {"nothing": None}})
 

@@ -70,7 +70,7 @@ def _checkpoint_world(env_name: str, policy) -> tuple:
         raise ValueError(f"cannot read checkpoint {os.fspath(policy)!r}: the trainer "
                          f"(needs torch) is not available: {error}") from None
     trained_name, trained = env_kwargs(policy)
-    if trained_name is not None and trained_name != env_name:
+    if env_name is not None and trained_name is not None and trained_name != env_name:
         raise ValueError(f"checkpoint {os.fspath(policy)!r} was trained on {trained_name!r}, "
                          f"not {env_name!r}")
     return trained_name, trained
@@ -92,41 +92,35 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     from (see `eval_world`) and "env_config" is the resolved config.
     `num_envs` caps the instances stepped at once (default: min(episodes, 1024)).
     """
-    if env_name not in list_envs():
-        raise ValueError(f"unknown env {env_name!r}; available: {list_envs()}")
-    episodes = _check_positive("episodes", episodes)
-    num_envs = min(episodes, 1024) if num_envs is None else _check_positive("num_envs", num_envs)
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
+    if env_name is None:
+        env_name = checkpoint_env_name(policy)
+    if env_name not in list_envs():
+        from .vector.sources import kind_of
+        kind_of(env_name)       # an unknown name: the kinds of names listed
+        if preset is not None:
+            raise ValueError("a preset applies to native envs; an emulated env takes its "
+                             "make's keywords (--env.KEY VALUE)")
+        return evaluate_emulated(env_name, policy, episodes, seed, num_envs, **config)
+    episodes = _check_positive("episodes", episodes)
+    num_envs = min(episodes, 1024) if num_envs is None else _check_positive("num_envs", num_envs)
 
     world = eval_world(env_name, policy, preset, config)
-    count, sums, squares, names = 0, None, None, None
-    bound = None
-    rounds = -(-episodes // num_envs)
-    for round_index in range(rounds):
-        needed = episodes - count      # > 0: each round counts one episode per instance
-        round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
-        env = make(env_name, num_envs=min(num_envs, needed), seed=round_seed,
-                   num_threads=num_threads, **world["kwargs"])
-        try:
-            if bound is None:
-                bound = make_policy(env_name, policy, env, seed=int(seed),
-                                    check_world=not world["explicit"])
-                env_config = dict(getattr(env, "config", {}))
-            elif hasattr(bound, "reset"):
-                if isinstance(getattr(bound, "seed", None), int):
-                    bound.seed = int(seed) + round_index  # fresh random actions per round
-                reset_policy(bound, env)
-            names = list(env.stat_names)
-            got, got_sums, got_squares = _first_episodes(env_name, env, bound, round_seed)
-        finally:
-            env.close()
-        count += got
-        sums = got_sums if sums is None else sums + got_sums
-        squares = got_squares if squares is None else squares + got_squares
-    mean = sums / count
-    std = np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
-    label = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else type(policy).__name__
+    bound_to = {}
+
+    def bind(env):
+        bound_to["env_config"] = dict(getattr(env, "config", {}))
+        return make_policy(env_name, policy, env, seed=int(seed),
+                           check_world=not world["explicit"])
+
+    count, names, mean, std = _run_rounds(
+        episodes, num_envs, seed,
+        lambda instances, round_seed: make(env_name, num_envs=instances, seed=round_seed,
+                                           num_threads=num_threads, **world["kwargs"]),
+        bind, lambda env, bound, round_seed: _first_episodes(env_name, env, bound, round_seed))
+    env_config = bound_to["env_config"]
+    label = _label(policy)
     return {
         "env": env_name,
         "policy": label,
@@ -138,6 +132,113 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         "mean": {n: float(v) for n, v in zip(names, mean)},
         "std": {n: float(v) for n, v in zip(names, std)},
     }
+
+
+def checkpoint_env_name(policy) -> str:
+    """The env a checkpoint (file or run directory) was trained on: what `eval` and
+    `render` use when no env is named."""
+    if not (isinstance(policy, (str, os.PathLike)) and os.path.exists(os.fspath(policy))):
+        raise ValueError("give the env, or a checkpoint (file or run directory) as the "
+                         "policy: its env is then the one it was trained on")
+    name, _ = _checkpoint_world(None, policy)
+    if name is None:
+        raise ValueError(f"checkpoint {os.fspath(policy)!r} records no env; give the env")
+    return name
+
+
+def emulated_env_keywords(env_name: str, policy, overrides: dict) -> dict:
+    """An emulated env's keywords (make's arguments and `wrappers`): a checkpoint's own,
+    with `overrides` on top."""
+    trained = _checkpoint_world(env_name, policy)[1] if is_checkpoint(env_name, policy) else {}
+    return {**trained, **overrides}
+
+
+def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int = 0,
+                      num_envs: int | None = None, **config) -> dict:
+    """`evaluate` for an emulated env (Gymnasium, PettingZoo, a factory): the same
+    unbiased count (each env contributes its first episode; rounds of fresh seeds),
+    over `min(episodes, num_envs or 16)` envs stepped in this process. Statistics are
+    the emulation's: episode_return (a PettingZoo env's: the mean over its agents)
+    and episode_length."""
+    from . import vector
+    from .vector.sources import EnvFactory
+    episodes = _check_positive("episodes", episodes)
+    num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
+    keywords = emulated_env_keywords(env_name, policy, config)
+    wrappers = keywords.pop("wrappers", ())
+    factory = EnvFactory(env_name, keywords, wrappers)
+    count, names, mean, std = _run_rounds(
+        episodes, num_envs, seed,
+        lambda instances, round_seed: vector.make(factory, backend="serial", num_envs=instances,
+                                                  seed=round_seed),
+        lambda env: make_policy(env_name, policy, env, seed=int(seed)),
+        lambda env, bound, round_seed: _first_emulated_episodes(env, bound, round_seed))
+    label = _label(policy)
+    return {"env": env_name, "policy": label, "preset": None,
+            "world": f"keywords {keywords}" + (f", wrappers {wrappers}" if wrappers else ""),
+            "env_config": dict(keywords), "seed": int(seed), "episodes": count,
+            "mean": {n: float(v) for n, v in zip(names, mean)},
+            "std": {n: float(v) for n, v in zip(names, std)}}
+
+
+def _label(policy) -> str:
+    return os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else type(policy).__name__
+
+
+def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, first_episodes):
+    """(count, stat names, means, population stds) over rounds of fresh envs: round r
+    makes `make_round_env(instances, seed + r * ROUND_SEED_STRIDE)` with as many
+    instances as episodes are still needed (at most num_envs), binds the policy once
+    (`bind(env)`; later rounds reset it, a random policy with a fresh seed) and counts
+    `first_episodes(env, policy, round_seed)` -> (count, sums, squares)."""
+    count, sums, squares, names, bound = 0, None, None, None, None
+    for round_index in range(-(-episodes // num_envs)):
+        round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
+        env = make_round_env(min(num_envs, episodes - count), round_seed)
+        try:
+            if bound is None:
+                bound = bind(env)
+            elif hasattr(bound, "reset"):
+                if isinstance(getattr(bound, "seed", None), int):
+                    bound.seed = int(seed) + round_index  # fresh random actions per round
+                reset_policy(bound, env)
+            names = list(env.stat_names)
+            got, got_sums, got_squares = first_episodes(env, bound, round_seed)
+        finally:
+            env.close()
+        count += got
+        sums = got_sums if sums is None else sums + got_sums
+        squares = got_squares if squares is None else squares + got_squares
+    mean = sums / count
+    return count, names, mean, np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
+
+
+def _first_emulated_episodes(env, policy, seed: int, max_steps: int = DEFAULT_MAX_EPISODE_STEPS):
+    """(count, sums, squares) of every unit's first episode: each emulated env records
+    the episodes it finishes, and one step finishes at most one per env."""
+    units = [unit for block in env.blocks for unit in block.units]
+    sums = squares = None
+    finished = np.zeros(len(units), bool)
+    observations, _ = env.reset(seed=seed)
+    for unit in units:
+        unit.episode_stats(clear=True)
+    observe_done = getattr(policy, "observe_done", None)
+    for _ in range(max_steps + 1):
+        actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
+        observations, _, terminals, truncations, _ = env.step(
+            actions.reshape(env.action_space.shape))
+        if observe_done is not None:
+            observe_done(terminals, truncations)
+        for index, unit in enumerate(units):
+            stats = unit.episode_stats(clear=True)
+            if stats.count and not finished[index]:
+                values = np.array([stats.mean[name] for name in env.stat_names])
+                sums = values if sums is None else sums + values
+                squares = values ** 2 if squares is None else squares + values ** 2
+                finished[index] = True
+        if finished.all():
+            return len(units), sums, squares
+    raise RuntimeError(f"episodes did not end within {max_steps + 1} steps")
 
 
 def _first_episodes(env_name: str, env, policy, seed: int):

@@ -16,7 +16,10 @@ import time
 
 
 def add_arguments(parser):
-    parser.add_argument("env", help="environment name (see `peregrine envs`)")
+    parser.add_argument("env", nargs="?", default=None,
+                        help="env name: native (see `peregrine envs`), gym:ID, pettingzoo:MODULE "
+                             "or module:function; omit it with a checkpoint to use the env it "
+                             "was trained on")
     parser.add_argument("--policy", "--checkpoint", dest="policy", default="random",
                         help="scripted policy name (random, or the env's own: drone_swarm has "
                              "lawnmower, voronoi; prospector has trader) or a checkpoint file / "
@@ -67,7 +70,9 @@ def world_overrides(args) -> tuple[str | None, dict]:
 
 
 def run(args) -> int:
-    from ..evaluate import evaluate
+    from ..evaluate import checkpoint_env_name, evaluate
+    if args.env is None:
+        args.env = checkpoint_env_name(args.policy)
     preset, fields = world_overrides(args)
     start = time.perf_counter()
     result = evaluate(args.env, args.policy, episodes=args.episodes, seed=args.seed,

@@ -17,7 +17,11 @@ RENDERERS = {
 
 
 def add_arguments(parser):
-    parser.add_argument("env", help=f"environment to render ({', '.join(sorted(RENDERERS))})")
+    parser.add_argument("env", nargs="?", default=None,
+                        help=f"environment to render: {', '.join(sorted(RENDERERS))}, or an "
+                             f"emulated env that draws itself (gym:ID, pettingzoo:MODULE, "
+                             f"module:function, with render_mode='rgb_array'); omit it with a "
+                             f"checkpoint to use the env it was trained on")
     parser.add_argument("--policy", default="random",
                         help="scripted policy name or checkpoint path (as for `peregrine eval`)")
     parser.add_argument("--out", required=True, help="output GIF path")
@@ -36,12 +40,19 @@ def parse_arguments(parser, argv):
 
 
 def run(args) -> int:
-    if args.env not in RENDERERS:
-        raise ValueError(f"no renderer for env {args.env!r}; renderable envs: {sorted(RENDERERS)}")
+    from ..vector.sources import is_native_name, kind_of
+    if args.env is None:
+        from ..evaluate import checkpoint_env_name
+        args.env = checkpoint_env_name(args.policy)
     if args.steps is not None and args.steps < 1:
         raise ValueError(f"--steps must be positive, got {args.steps}")
     if not str(args.out).lower().endswith(".gif"):
         raise ValueError(f"--out must be a .gif path, got {args.out!r}")
+    if not is_native_name(args.env):
+        kind_of(args.env)
+        return _run_emulated(args)
+    if args.env not in RENDERERS:
+        raise ValueError(f"no renderer for env {args.env!r}; renderable envs: {sorted(RENDERERS)}")
     from ..evaluate import eval_world
     from ..policies import make_policy
     from ..envs.registry import make
@@ -60,3 +71,63 @@ def run(args) -> int:
     print(f"wrote {result['path']}: {result['frames']} frames, {result['steps']} steps, "
           f"delivered {result['delivered']}")
     return 0
+
+
+def _run_emulated(args) -> int:
+    """One episode of an emulated env drawn by the env itself (render_mode "rgb_array")."""
+    import numpy as np
+
+    from ..evaluate import emulated_env_keywords
+    from ..policies import make_policy
+    from ..vector.emulation import emulate
+    from ..vector.sources import EnvFactory
+    if args.preset is not None:
+        raise ValueError("--preset applies to native envs; an emulated env takes "
+                         "--env.KEY VALUE (its make's keywords)")
+    _, fields = world_overrides(args)
+    keywords = emulated_env_keywords(args.env, args.policy, fields)
+    wrappers = keywords.pop("wrappers", ())
+    keywords.setdefault("render_mode", "rgb_array")
+    unit = emulate(EnvFactory(args.env, keywords, wrappers)(), seed=args.seed)
+    try:
+        policy = make_policy(args.env, args.policy, unit, seed=args.seed)
+        frames, steps = [unit.env.render()], 0
+        limit = args.steps or 1_000_000
+        while steps < limit:
+            actions = np.ascontiguousarray(policy(unit.observations), dtype=unit.actions.dtype)
+            unit.step(actions.reshape(unit.actions.shape))
+            steps += 1
+            observe_done = getattr(policy, "observe_done", None)
+            if observe_done is not None:
+                observe_done(unit.terminals, unit.truncations)
+            ended = unit.episode_stats(clear=False).count > 0
+            if steps % args.every == 0 or ended:
+                frames.append(unit.env.render())
+            if ended:
+                break
+        stats = unit.episode_stats(clear=True)
+    finally:
+        unit.close()
+    if frames[0] is None or not isinstance(frames[0], np.ndarray):
+        raise ValueError(f"{args.env} drew no frame: it needs render_mode='rgb_array' "
+                         f"(--env.render_mode rgb_array) and an env that supports it")
+    write_gif(frames, args.out, args.frame_ms)
+    ended_text = (f"return {stats.mean['episode_return']:.1f}" if stats.count
+                  else "episode not finished")
+    print(f"wrote {args.out}: {len(frames)} frames, {steps} steps, {ended_text}")
+    return 0
+
+
+def write_gif(frames, out_path, frame_ms: int) -> None:
+    """RGB frames as an animated GIF, written to a temporary name and renamed, so an
+    interrupted render never leaves a half-written file at `out_path`."""
+    import os
+
+    from PIL import Image
+    images = [Image.fromarray(frame).convert("P", palette=Image.ADAPTIVE) for frame in frames]
+    temporary = f"{out_path}.partial"
+    durations = [frame_ms] * len(images)
+    durations[-1] = max(frame_ms, 1500)
+    images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:],
+                   duration=durations, loop=0)
+    os.replace(temporary, out_path)

@@ -135,9 +135,6 @@ def run(args) -> int:
         if args.env is None and args.config is None:
             raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
                              f"(shipped configs: {', '.join(shipped_configs())})")
-        from ..envs.registry import ENVS
-        if args.env is not None and args.env not in ENVS:
-            raise ValueError(f"unknown env {args.env!r}; available: {sorted(ENVS)}")
         config = load_config(args.env, args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
     if args.resume and args.overwrite:

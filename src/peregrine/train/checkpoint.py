@@ -185,12 +185,18 @@ def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:
 
 def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     from .config import PolicyConfig
-    from .policy import Policy
+    from .policy import Policy, observation_structure
     check_env(payload, env, path)
     policy_config = PolicyConfig(**payload["config"]["policy"])
     # A centralised critic's input width (the actor, all that runs here, needs no state).
+    structure = observation_structure(env)
     policy = Policy(env.single_observation_space, env.single_action_space, policy_config,
-                    int(payload.get("critic_state_dim", 0)), payload.get("observation_slots", ()))
+                    int(payload.get("critic_state_dim", 0)), payload.get("observation_slots", ()),
+                    structure=structure)
+    if policy.structure != payload.get("observation_structure"):
+        raise ValueError(f"{path} was trained on observations structured as "
+                         f"{payload.get('observation_structure')}, but this env's are "
+                         f"{policy.structure}")
     try:
         policy.load_state_dict(payload["policy"])
     except (RuntimeError, KeyError) as error:
@@ -319,7 +325,8 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True)
             raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
     policy = build_policy(payload, env, label)
     trained_env = payload["config"].get("env", {})
-    if check_world and trained_env.get("name") and hasattr(env, "config"):
+    from ..vector.sources import is_native_name
+    if check_world and is_native_name(trained_env.get("name")) and hasattr(env, "config"):
         differences = world_differences({k: v for k, v in trained_env.items() if k != "name"},
                                         trained_env["name"], env)
         if differences:

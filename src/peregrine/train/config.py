@@ -36,12 +36,17 @@ CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 @dataclass
 class VecConfig:
-    backend: str = "native"          # native | serial | multiprocessing (peregrine.vector)
+    backend: str = "auto"            # native | serial | multiprocessing (peregrine.vector)
     #                                  | device: the native env on train.device, torch buffers
     #                                  (a GPU env on cuda; no host copy in the rollout)
+    #                                  | auto: native for a native env, multiprocessing for
+    #                                  an emulated one (Gymnasium, PettingZoo, a factory)
     num_envs: int = 16               # env instances; rows = num_envs * agents_per_env
     num_threads: int = 1             # C step threads inside one native batch
-    num_workers: int = 1             # worker processes (peregrine.vector backends)
+    num_workers: Any = "auto"        # worker processes (multiprocessing / serial blocks), or
+    #                                  "auto": for multiprocessing one per available core (the
+    #                                  largest divisor of num_envs within the core count),
+    #                                  else 1. config.toml records the number that ran
     split: int = 1                   # 2: the native batch as two halves stepped alternately,
     #                                  each half's env step (a worker thread) overlapping
     #                                  the other half's policy forward (train/collect.py)
@@ -108,6 +113,10 @@ class PolicyConfig:
     lstm_size: int = 64
     bptt_horizon: int = 16           # truncated backprop length (must divide train.horizon)
     init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
+    encoder: str = "auto"            # observations of an emulated env (encoders.py): "auto" =
+    #                                  chosen from its space (a CNN for images, one-hot for
+    #                                  discrete leaves, one part per Dict key) | "flat" = the
+    #                                  flat row as it is | "nature" / "small": that CNN
     action_mask: str = "auto"        # Discrete heads: "auto" = mask invalid actions with the
                                      # env's action_mask_slice (if it has one) | "false"
     slot_encoder: str = "none"       # "deepsets": the env's repeated observation slots
@@ -123,7 +132,7 @@ class PolicyConfig:
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
 CHOICES = {
-    ("vec", "backend"): ("native", "serial", "multiprocessing", "device"),
+    ("vec", "backend"): ("auto", "native", "serial", "multiprocessing", "device"),
     ("train", "device"): ("cpu", "cuda", "auto"),
     ("train", "precision"): ("fp32", "bf16"),
     ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
@@ -131,6 +140,7 @@ CHOICES = {
     ("policy", "action_mask"): ("auto", "false"),
     ("policy", "critic"): ("local", "global", "state"),
     ("policy", "slot_encoder"): ("none", "deepsets"),
+    ("policy", "encoder"): ("auto", "flat", "nature", "small"),
 }
 
 
@@ -141,6 +151,12 @@ class Config:
     train: TrainConfig = field(default_factory=TrainConfig)
     policy: PolicyConfig = field(default_factory=PolicyConfig)
 
+    # A Python callable the env is made with (peregrine.train.train(config) with
+    # load_config(env=callable)): not written to TOML; env.name then holds its import
+    # path, or "python:<name>" when it has none (such a run is rebuilt only by passing
+    # the callable again).
+    env_factory: Any = field(default=None, compare=False, repr=False)
+
     @property
     def env_name(self) -> str:
         return self.env["name"]
@@ -148,6 +164,19 @@ class Config:
     @property
     def env_kwargs(self) -> dict[str, Any]:
         return {k: v for k, v in self.env.items() if k != "name"}
+
+    @property
+    def is_native(self) -> bool:
+        """Whether the env is a native Peregrine env (else emulated: vector/sources.py)."""
+        from ..vector.sources import is_native_name
+        return self.env_factory is None and is_native_name(self.env_name)
+
+    def env_source(self):
+        """What makes one env of an emulated run: a vector.sources.EnvFactory."""
+        from ..vector.sources import EnvFactory
+        kwargs = self.env_kwargs
+        wrappers = kwargs.pop("wrappers", ())
+        return EnvFactory(self.env_factory or self.env_name, kwargs, wrappers)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {"env": dict(self.env), **{name: dataclasses.asdict(getattr(self, name))
@@ -207,6 +236,14 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
     (see `parse_override_tokens`). `base` (a dict as written by `to_dict`)
     replaces the defaults + shipped file, for resuming a run.
     """
+    factory = None
+    if callable(env_name):
+        from ..vector.sources import callable_path
+        factory = env_name
+        path = callable_path(factory)
+        env_name = path or f"python:{getattr(factory, '__qualname__', type(factory).__name__)}"
+        if path is not None:
+            factory = None      # the import path is the whole truth, as from TOML
     layers: list[dict] = []
     if base is not None:
         layers.append(base)
@@ -222,7 +259,7 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         if shipped.is_file():
             layers.append(read_toml(shipped))
     layers.append(user)
-    config = Config(env={"name": env_name})
+    config = Config(env={"name": env_name}, env_factory=factory)
     for layer in layers:
         apply_dict(config, layer)
     if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
@@ -231,6 +268,9 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         set_key(config, key, value)
     if config.env.get("name") != env_name:
         raise ValueError(f"env.name is {config.env.get('name')!r} but the env given is {env_name!r}")
+    if factory is None:
+        from ..vector.sources import kind_of
+        kind_of(env_name)      # an unknown name fails here, with the kinds of names listed
     validate(config)
     return config
 
@@ -263,6 +303,10 @@ def set_key(config: Config, dotted: str, value: Any) -> None:
         raise ValueError(f"unknown config key {section}.{key}; valid keys in [{section}]: "
                          f"{sorted(names)}")
     default = getattr(type(target)(), key)
+    if (section, key) == ("vec", "num_workers"):
+        # "auto" (resolved by validate() for the backend) or a count
+        target.num_workers = "auto" if value == "auto" else convert(dotted, value, int)
+        return
     if (section, key) == ("policy", "action_mask") and isinstance(value, bool):
         value = "auto" if value else "false"   # TOML `action_mask = false`
     converted = convert(f"{section}.{key}", value, type(default))
@@ -326,13 +370,12 @@ def convert_env_value(env_name: str | None, key: str, value: Any) -> Any:
     if key == "preset":
         return convert("env.preset", value, str)
     fields = env_config_fields(env_name)
-    if fields is None:  # not a registered native env: pass values through as TOML gave them
+    if fields is None:  # an emulated env: its make's keywords, as TOML values
+        if key == "wrappers":
+            from ..vector.sources import check_wrappers
+            return check_wrappers(_toml_literal(value) if isinstance(value, str) else value)
         if isinstance(value, str):
-            for kind in (int, float):
-                try:
-                    return convert(f"env.{key}", value, kind)
-                except ValueError:
-                    pass
+            return _toml_literal(value)
         return value
     by_name = {f[0]: f for f in fields}
     if key not in by_name:
@@ -341,9 +384,39 @@ def convert_env_value(env_name: str | None, key: str, value: Any) -> Any:
     return convert(f"env.{key}", value, int if by_name[key][4] else float)
 
 
+def _toml_literal(text: str) -> Any:
+    """A command-line value as the TOML value it spells (3, 0.5, true, [1, 2],
+    {name = "X"}); the text itself when it spells none (a bare word)."""
+    try:
+        return tomllib.loads(f"value = {text}")["value"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def resolve_auto(config: Config) -> None:
+    """vec.backend and vec.num_workers "auto" made concrete, so config.toml records
+    what ran: native for a native env, else multiprocessing with one worker per
+    available core (the largest divisor of num_envs within the core count)."""
+    v = config.vec
+    if v.backend == "auto":
+        v.backend = "native" if config.is_native else "multiprocessing"
+    if v.num_workers == "auto":
+        if v.backend != "multiprocessing":
+            v.num_workers = 1
+        else:
+            from ..vector.common import available_cores
+            cores = max(1, min(available_cores(), v.num_envs))
+            v.num_workers = max(w for w in range(1, cores + 1) if v.num_envs % w == 0)
+
+
 def validate(config: Config) -> None:
     """Cross-field checks; each message names the keys involved."""
+    resolve_auto(config)
     t, v, p = config.train, config.vec, config.policy
+    if not config.is_native and v.backend in ("native", "device"):
+        raise ValueError(f"vec.backend = {v.backend!r} runs native envs only; "
+                         f"{config.env_name!r} is emulated: use 'multiprocessing' or 'serial' "
+                         f"(or 'auto')")
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
                 ("vec.num_workers", v.num_workers), ("train.total_steps", t.total_steps),
                 ("train.horizon", t.horizon), ("train.minibatch_size", t.minibatch_size),
@@ -461,13 +534,21 @@ def _toml_value(value) -> str:
         return f'"{escaped}"'
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):     # an inline table (env.wrappers entries)
+        return "{" + ", ".join(f"{_toml_key(k)} = {_toml_value(v)}"
+                               for k, v in value.items()) + "}"
     raise ValueError(f"cannot write {value!r} to TOML")
+
+
+def _toml_key(key: str) -> str:
+    bare = key.replace("_", "").replace("-", "").isalnum() and key.isascii()
+    return key if bare else _toml_value(str(key))
 
 
 def dump_toml(data: dict[str, dict[str, Any]]) -> str:
     lines = []
     for section, values in data.items():
         lines.append(f"[{section}]")
-        lines += [f"{key} = {_toml_value(value)}" for key, value in values.items()]
+        lines += [f"{_toml_key(key)} = {_toml_value(value)}" for key, value in values.items()]
         lines.append("")
     return "\n".join(lines)

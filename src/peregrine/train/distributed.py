@@ -286,7 +286,10 @@ class DataParallel:
         if self.backend == "shm":
             self.local = local_reduce.LocalAllReduce(self.rank, self.world_size, self.broadcast,
                                                      torch_dist.barrier, t.dist_timeout)
-        self.units_per_rank = 1 if vec.backend == "native" else vec.num_workers
+        # Seeds are per unit (recipe.py): a native block per worker, one env per unit
+        # when emulated; each rank's units continue the previous rank's.
+        self.units_per_rank = (vec.num_envs if not config.is_native else
+                               1 if vec.backend == "native" else vec.num_workers)
         self.stop_source = None      # callable -> bool: this rank's stop request
         self.stopping = False        # every rank's agreed stop (after reduce_update)
 

@@ -36,6 +36,10 @@ def make_env(config, seed: int | None = None, device=None):
     (vec.backend = "device" puts the env there, with torch-tensor buffers)."""
     vec = config.vec
     seed = config.train.seed if seed is None else seed
+    if not config.is_native:     # Gymnasium, PettingZoo or a factory, emulated in workers
+        from .. import vector
+        return vector.make(config.env_source(), backend=vec.backend, num_envs=vec.num_envs,
+                           num_workers=vec.num_workers, seed=seed)
     kwargs = config.env_kwargs
     if vec.backend == "device":
         from ..envs.registry import make
@@ -130,6 +134,8 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
         if env_name in ENVS:
             found = getattr(env_class(env_name), "action_mask_slice", None)
     if found is None:
+        found = _mask_key_slice(getattr(env, "structured_observation_space", None))
+    if found is None:
         return None
     if obs_dim is None:
         obs_dim = int(env.single_observation_space.shape[0])
@@ -138,6 +144,22 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
         raise ValueError(f"{env_name}: action_mask_slice {found!r} must cover exactly "
                          f"{int(space.n)} observation columns within {obs_dim}")
     return found
+
+
+MASK_KEY = "action_mask"
+
+
+def _mask_key_slice(structure) -> slice | None:
+    """The columns of a Dict observation's "action_mask" entry (PettingZoo's and
+    Gymnasium's convention for valid actions) in the flat rows, or None."""
+    from gymnasium import spaces
+    if not isinstance(structure, spaces.Dict) or MASK_KEY not in structure.spaces:
+        return None
+    from ..vector.spaces import FlatObservation
+    for path, offset, size in FlatObservation(structure).fields:
+        if path == (MASK_KEY,):
+            return slice(offset, offset + size)
+    return None
 
 
 class ActionBuffer:

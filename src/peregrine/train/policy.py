@@ -60,6 +60,8 @@ import torch.utils.deterministic
 from gymnasium import spaces
 from torch import nn
 
+from .encoders import build_encoder, describe_structure
+
 LOG_2PI = math.log(2.0 * math.pi)
 # Logit given to invalid actions: exp() of it underflows to exactly 0, and
 # 0 * (-1e9) stays 0 in the entropy (unlike -inf or finfo.min, which give NaN).
@@ -85,6 +87,11 @@ def describe_space(space) -> dict:
         return {"kind": "box", "shape": [int(s) for s in space.shape], "dtype": str(space.dtype)}
     raise ValueError(f"unsupported space {space!r}; Peregrine policies take Discrete, "
                      f"MultiDiscrete or Box")
+
+
+def observation_structure(env):
+    """The env's own observation space behind its flat rows (an emulated env's), or None."""
+    return getattr(env, "structured_observation_space", None)
 
 
 @contextlib.contextmanager
@@ -171,10 +178,13 @@ CRITICS = ("local", "global", "state")
 
 class Policy(nn.Module):
     def __init__(self, observation_space, action_space, config, critic_state_dim: int = 0,
-                 observation_slots=()):
+                 observation_slots=(), structure=None):
         """`critic_state_dim`: width of the global state column a "global" / "state"
         critic reads (critic_states.py); 0 for a local critic. `observation_slots`:
-        the env's repeated observation slots, read with policy.slot_encoder."""
+        the env's repeated observation slots, read with policy.slot_encoder.
+        `structure`: the env's own observation space that the flat rows encode (an
+        emulated env's `structured_observation_space`): its images, Dict/Tuple keys
+        and discrete leaves get encoders (encoders.py, policy.encoder)."""
         super().__init__()
         self.observation_space_desc = describe_space(observation_space)
         self.action_space_desc = describe_space(action_space)
@@ -182,6 +192,19 @@ class Policy(nn.Module):
             raise ValueError(f"observations must be a flat Box, got {observation_space!r}")
         self.obs_dim = int(observation_space.shape[0])
         self.obs_scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else None
+        self.observation_encoder = build_encoder(structure, getattr(config, "encoder", "auto"))
+        self.structure = describe_structure(structure if self.observation_encoder else None)
+        features = self.obs_dim
+        if self.observation_encoder is not None:
+            if self.observation_encoder.in_dim != self.obs_dim:
+                raise ValueError(f"the observation structure {structure!r} flattens to "
+                                 f"{self.observation_encoder.in_dim} columns, but the rows "
+                                 f"have {self.obs_dim}")
+            if getattr(config, "slot_encoder", "none") != "none":
+                raise ValueError("policy.slot_encoder reads a native env's observation slots; "
+                                 "this env's structured observations have their own encoder")
+            self.obs_scale = None           # the encoder scales its uint8 leaves
+            features = self.observation_encoder.out_dim
         kind = self.action_space_desc["kind"]
         self.action_kind = kind
         if kind == "discrete":
@@ -217,7 +240,7 @@ class Policy(nn.Module):
             if encoder == "deepsets" else []
         slots = dict(slots=self.observation_slots, slot_size=getattr(config, "slot_size", 0))
         if self.use_lstm:
-            self.encoder, size = body(self.obs_dim, hidden, max(layers, 1), activation, **slots)
+            self.encoder, size = body(features, hidden, max(layers, 1), activation, **slots)
             self.lstm = nn.LSTM(size, config.lstm_size)
             for name, parameter in self.lstm.named_parameters():
                 if "bias" in name:
@@ -228,15 +251,15 @@ class Policy(nn.Module):
             actor_in = critic_in = config.lstm_size
             self.actor_body = self.critic_body = None
         else:
-            self.actor_body, actor_in = body(self.obs_dim, hidden, layers, activation, **slots)
+            self.actor_body, actor_in = body(features, hidden, layers, activation, **slots)
             self.critic_body = None
             if not self.central:
-                self.critic_body, critic_in = body(self.obs_dim, hidden, layers, activation,
+                self.critic_body, critic_in = body(features, hidden, layers, activation,
                                                    **slots)
             self.lstm_size = 0
         self.critic_slots = None
         if self.central:    # its own MLP over the global state (+ the observation)
-            own = self.obs_dim if self.critic_kind == "global" else 0
+            own = features if self.critic_kind == "global" else 0
             if own and self.observation_slots:      # the observation's slots as the actor's
                 self.critic_slots = SlotEncoder(self.obs_dim, self.observation_slots,
                                                 slots["slot_size"], activation)
@@ -250,7 +273,11 @@ class Policy(nn.Module):
 
     # ---- features --------------------------------------------------------------
     def _input(self, observations: torch.Tensor) -> torch.Tensor:
+        """The features actor and critic read: the row (uint8 scaled to [0, 1]), or
+        the observation encoder's output (images, Dict/Tuple, discrete leaves)."""
         x = observations.float() if observations.dtype != torch.float32 else observations
+        if self.observation_encoder is not None:
+            return self.observation_encoder(x)
         return x * self.obs_scale if self.obs_scale is not None else x
 
     def initial_state(self, rows: int, device) -> tuple[torch.Tensor, torch.Tensor] | None:

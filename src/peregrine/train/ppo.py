@@ -79,7 +79,7 @@ from .critic_states import CriticStates, global_state_width
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
-from .policy import Policy, describe_space
+from .policy import Policy, describe_space, observation_structure
 from .resources import ResourceProbe, merge_ranks
 from .storage import RolloutStorage
 
@@ -182,7 +182,8 @@ class Trainer:
         check_memory(config, rows, math.prod(env.single_observation_space.shape), critic_width)
         action_space = env.single_action_space
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
-                                      critic_width, slots).to(device)
+                                      critic_width, slots, structure=observation_structure(env)
+                                      ).to(device)
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
@@ -478,6 +479,7 @@ class Trainer:
             "policy": self.policy.state_dict(),
             "critic_state_dim": self.policy.critic_state_dim,
             "observation_slots": self.policy.observation_slots,
+            "observation_structure": self.policy.structure,
             "optimizer": self.optimizer.state_dict(),
             "torch_rng": torch.get_rng_state(),
             "generator": self.generator.get_state(),

@@ -55,7 +55,9 @@ from .run_dir import RunLock, checkpoint_file, claim_new
 def new_run_dir(config: Config) -> Path:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     parent = Path(config.train.run_dir)
-    base = f"{config.env_name}-{stamp}-s{config.train.seed}"
+    # An emulated env's name (gym:ALE/Pong-v5) as one safe path component.
+    name = "".join(c if c.isalnum() or c in "._-" else "_" for c in config.env_name)
+    base = f"{name}-{stamp}-s{config.train.seed}"
     path, suffix = parent / base, 1
     while path.exists():
         suffix += 1

@@ -23,6 +23,7 @@ from .export import GymnasiumEnv, GymnasiumVectorEnv, gymnasium_vector_env, sb3_
 from .processes import Multiprocessing, WorkerDiedError, WorkerError, WorkerTimeoutError
 from .recipe import EnvRecipe
 from .serial import Serial
+from .sources import EnvFactory, EnvSourceError, is_native_name
 from .spaces import unflatten
 
 if TYPE_CHECKING:
@@ -37,8 +38,11 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
          **config: Any) -> NativeEnv | Serial | Multiprocessing:
     """A vector env of `num_envs` envs of `env`.
 
-    env: a registered native env name, or a zero-arg callable returning a
-        Gymnasium env, a PettingZoo ParallelEnv or a native Peregrine env.
+    env: a registered native env name; any other env name of
+        `peregrine.vector.sources` (gym:ID, pettingzoo:MODULE, module:function),
+        made with **config as its keyword arguments (and `wrappers=[...]`); or a
+        zero-arg callable returning a Gymnasium env, a PettingZoo ParallelEnv or a
+        native Peregrine env.
         num_envs counts env instances: a callable returning a native batch
         of M instances is called num_envs / M times (its results are copied
         into the shared rows; pass the name instead for zero-copy).
@@ -62,6 +66,10 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
         and the env closed). Default None: wait as long as it takes.
     **config: the env's config fields (and preset=) for a registered name.
     """
+    if isinstance(env, str) and not is_native_name(env):
+        wrappers = config.pop("wrappers", ())
+        env = EnvFactory(env, config, wrappers)
+        config = {}
     if backend is None:
         backend = "native" if isinstance(env, str) else "serial"
     if backend not in BACKENDS:
@@ -90,5 +98,5 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
 
 __all__ = ["make", "BACKENDS", "Serial", "Multiprocessing", "EnvRecipe", "WorkerError",
            "WorkerDiedError", "WorkerTimeoutError", "GymnasiumEmulation", "PettingZooEmulation",
-           "emulate", "unflatten", "GymnasiumEnv", "GymnasiumVectorEnv", "gymnasium_vector_env",
+           "emulate", "unflatten", "EnvFactory", "EnvSourceError", "GymnasiumEnv", "GymnasiumVectorEnv", "gymnasium_vector_env",
            "sb3_vec_env"]

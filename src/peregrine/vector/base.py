@@ -49,6 +49,9 @@ class VectorBase:
         self.observation_space = batch_space(self.single_observation_space, self.num_agents)
         self.action_space = batch_space(self.single_action_space, self.num_agents)
         self.stat_names = facts["stat_names"]
+        # An emulated env's own observation space (Dict, Tuple, images) that each flat
+        # row encodes (spaces.unflatten); None for native envs, whose rows are the space.
+        self.structured_observation_space = facts["structured_observation_space"]
         self.name = recipe.name
         self.config = facts["config"]  # the resolved env config (registered envs)
         self._action_shape = (self.num_agents, *self.single_action_space.shape)

@@ -180,6 +180,12 @@ class _Unit:
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return self._stats.read(clear)
 
+    @property
+    def structured_observation_space(self):
+        """The env's own observation space that each flat row encodes."""
+        flat = getattr(self, "flat_observation", None)
+        return None if flat is None else flat.source_space
+
     def __enter__(self):
         return self
 

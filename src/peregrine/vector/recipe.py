@@ -60,6 +60,9 @@ class EnvRecipe:
                     "agents_per_env": int(unit.agents_per_env),
                     "envs_per_unit": 1 if self.is_native else int(unit.num_envs),
                     "stat_names": tuple(unit.stat_names),
+                    # the env's own (nested, image) observation space the flat rows encode
+                    "structured_observation_space": getattr(
+                        unit, "structured_observation_space", None),
                     "config": dict(getattr(unit, "config", {})) if self.is_native else {}}
         finally:
             unit.close()

@@ -1,0 +1,262 @@
+"""Where an env comes from: the names a user gives, resolved to something that makes it.
+
+One string names an env everywhere (`peregrine train NAME`, `env.name` in TOML,
+`peregrine.train.train`, eval, render, checkpoints):
+
+    cartpole                                   a native Peregrine env (peregrine envs)
+    gym:LunarLander-v3                         gymnasium.make("LunarLander-v3", **kwargs)
+    gym:ALE/Pong-v5                            the same; the namespace's package is imported
+    gym:minigrid:MiniGrid-DoorKey-5x5-v0       Gymnasium's own "module:id": import, then make
+    pettingzoo:butterfly.knights_archers_zombies_v10
+                                               that PettingZoo module's parallel_env(**kwargs)
+    my_package.envs:make_env                   a factory: import the module, call the function
+                                               with **kwargs; it returns a Gymnasium env or a
+                                               PettingZoo ParallelEnv (or AEC env, converted)
+
+and in Python a callable does the same as a factory path. `EnvFactory` holds the
+resolved name, the keyword arguments and the wrappers; it is a plain picklable
+object, so Multiprocessing's spawned workers rebuild the env from it, and a
+checkpoint's config records exactly what made its env.
+
+Wrappers are config, not code: `env.wrappers` lists Gymnasium wrappers applied in
+order in each worker, each a class name of `gymnasium.wrappers` (or a
+`module:Class` path) alone or as a table with its arguments:
+
+    wrappers = ["NormalizeObservation", {name = "FrameStackObservation", stack_size = 4}]
+
+A package that is missing is a one-line error naming what to install.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any, Callable
+
+GYM_PREFIX = "gym:"
+PETTINGZOO_PREFIX = "pettingzoo:"
+
+# Gymnasium id namespaces (and id prefixes) whose envs register when a package is
+# imported: imported before gymnasium.make, as Gymnasium 1.x no longer loads plugins.
+NAMESPACE_MODULES = {"ALE/": "ale_py", "MiniGrid-": "minigrid", "BabyAI-": "minigrid"}
+
+# Import name -> what to pip install, for the one-line hint.
+INSTALL_HINTS = {
+    "Box2D": 'pip install "gymnasium[box2d]"',
+    "mujoco": 'pip install "gymnasium[mujoco]"',
+    "ale_py": "pip install ale-py",
+    "minigrid": "pip install minigrid",
+    "pettingzoo": "pip install pettingzoo",
+    "pygame": "pip install pygame",
+    "pymunk": 'pip install "pettingzoo[butterfly]"',
+    "chess": 'pip install "pettingzoo[classic]"',
+    "rlcard": 'pip install "pettingzoo[classic]"',
+}
+
+
+class EnvSourceError(ValueError):
+    """An env name that cannot be resolved, imported or made (one line, with the fix)."""
+
+
+def is_native_name(name) -> bool:
+    """True for the name of a native env (ours or a registered one)."""
+    from ..envs.registry import ENVS
+    return isinstance(name, str) and name in ENVS
+
+
+def describe_kinds() -> str:
+    return ("a native env (see `peregrine envs`), gym:ID (a Gymnasium id), "
+            "pettingzoo:MODULE (e.g. pettingzoo:butterfly.knights_archers_zombies_v10) or a "
+            "factory module:function")
+
+
+def kind_of(name: str) -> str:
+    """"native", "gymnasium", "pettingzoo" or "factory"; EnvSourceError otherwise."""
+    if not isinstance(name, str) or not name:
+        raise EnvSourceError(f"an env name must be a non-empty string, got {name!r}")
+    if is_native_name(name):
+        return "native"
+    if name.startswith(GYM_PREFIX):
+        if not name[len(GYM_PREFIX):]:
+            raise EnvSourceError("gym: needs an id after it, e.g. gym:LunarLander-v3")
+        return "gymnasium"
+    if name.startswith(PETTINGZOO_PREFIX):
+        if not name[len(PETTINGZOO_PREFIX):]:
+            raise EnvSourceError("pettingzoo: needs a module after it, e.g. "
+                                 "pettingzoo:butterfly.knights_archers_zombies_v10")
+        return "pettingzoo"
+    module, sep, function = name.partition(":")
+    if sep and module and function and all(part.isidentifier() for part in module.split(".")) \
+            and all(part.isidentifier() for part in function.split(".")):
+        return "factory"
+    from ..envs.registry import ENVS
+    raise EnvSourceError(f"unknown env {name!r}: give {describe_kinds()}; native envs: "
+                         f"{sorted(ENVS)}")
+
+
+def callable_path(function: Callable) -> str | None:
+    """"module:qualname" that imports back to `function`, or None (a lambda, a closure,
+    a bound method, or a function of __main__ that a spawned worker cannot import)."""
+    module = getattr(function, "__module__", None)
+    qualname = getattr(function, "__qualname__", None)
+    if not module or not qualname or module == "__main__" or "<" in qualname:
+        return None
+    try:
+        found: Any = importlib.import_module(module)
+        for part in qualname.split("."):
+            found = getattr(found, part)
+    except (ImportError, AttributeError):
+        return None
+    return f"{module}:{qualname}" if found is function else None
+
+
+def _import(module: str, for_name: str):
+    try:
+        return importlib.import_module(module)
+    except ModuleNotFoundError as error:
+        raise EnvSourceError(_missing(error, for_name)) from None
+
+
+def _missing(error: ModuleNotFoundError, for_name: str) -> str:
+    top = (error.name or "").split(".")[0]
+    hint = INSTALL_HINTS.get(top, f"pip install {top}" if top else "install it")
+    return f"env {for_name!r} needs the package {top!r}, which is not installed: {hint}"
+
+
+def _resolve_attribute(module_name: str, path: str, for_name: str):
+    found: Any = _import(module_name, for_name)
+    for part in path.split("."):
+        if not hasattr(found, part):
+            raise EnvSourceError(f"env {for_name!r}: module {module_name!r} has no {path!r}")
+        found = getattr(found, part)
+    return found
+
+
+def resolve_wrapper(wrapper) -> tuple[type, dict]:
+    """(wrapper class, its keyword arguments) of one `env.wrappers` entry."""
+    if isinstance(wrapper, str):
+        name, kwargs = wrapper, {}
+    elif isinstance(wrapper, dict) and isinstance(wrapper.get("name"), str):
+        kwargs = {key: value for key, value in wrapper.items() if key != "name"}
+        name = wrapper["name"]
+    else:
+        raise EnvSourceError(f"env.wrappers entries are a wrapper name or a table "
+                             f"{{name = \"...\", ARG = VALUE}}, got {wrapper!r}")
+    if ":" in name:
+        module, _, attribute = name.partition(":")
+        cls = _resolve_attribute(module, attribute, name)
+    else:
+        import gymnasium.wrappers
+        cls = getattr(gymnasium.wrappers, name, None)
+        if cls is None:
+            raise EnvSourceError(f"env.wrappers: {name!r} is not a class of gymnasium.wrappers; "
+                                 f"give one of its names (e.g. NormalizeObservation) or a "
+                                 f"module:Class path")
+    return cls, kwargs
+
+
+def check_wrappers(wrappers) -> list:
+    """`env.wrappers` as a list of entries, each resolvable (checked now, not in a worker)."""
+    if wrappers is None:
+        return []
+    if not isinstance(wrappers, (list, tuple)):
+        raise EnvSourceError(f"env.wrappers must be a list, got {wrappers!r}")
+    for wrapper in wrappers:
+        resolve_wrapper(wrapper)
+    return list(wrappers)
+
+
+class EnvFactory:
+    """Makes one env object from a name (not native), keyword arguments and wrappers.
+
+    Picklable (it holds only plain data, or a callable that pickles by reference),
+    so it is what the vector backends' workers call. `name` is what config files
+    and checkpoints record; for a Python callable without an import path it is
+    None, and such an env is rebuilt only by passing the callable again.
+    """
+
+    def __init__(self, env: str | Callable, kwargs: dict | None = None, wrappers=()):
+        self.kwargs = dict(kwargs or {})
+        self.wrappers = check_wrappers(wrappers)
+        if callable(env) and not isinstance(env, str):
+            self.function = env
+            self.name = callable_path(env)
+            self.kind = "factory"
+            self.__name__ = getattr(env, "__name__", type(env).__name__)
+            return
+        self.kind = kind_of(env)
+        if self.kind == "native":
+            raise EnvSourceError(f"{env!r} is a native env: make it with peregrine.make or "
+                                 f"peregrine.vector.make, not through a factory")
+        self.name = env
+        self.function = None
+        self.__name__ = env
+
+    def __repr__(self) -> str:
+        return f"EnvFactory({self.name or self.__name__!r}, kwargs={self.kwargs!r}, " \
+               f"wrappers={self.wrappers!r})"
+
+    def __call__(self):
+        env = self._make()
+        if self.wrappers:
+            from gymnasium import Env
+            if not isinstance(env, Env):
+                raise EnvSourceError(f"env {self.__name__!r}: env.wrappers are Gymnasium "
+                                     f"wrappers, but the env is a {type(env).__name__}")
+            for wrapper in self.wrappers:
+                cls, kwargs = resolve_wrapper(wrapper)
+                env = cls(env, **kwargs)
+        return env
+
+    def _make(self):
+        name = self.__name__
+        try:
+            if self.kind == "gymnasium":
+                return self._make_gymnasium(self.name[len(GYM_PREFIX):])
+            if self.kind == "pettingzoo":
+                _import("pettingzoo", name)     # its absence named before the module's
+                module = "pettingzoo." + self.name[len(PETTINGZOO_PREFIX):]
+                return _as_parallel(_resolve_attribute(module, "parallel_env", name)(
+                    **self.kwargs))
+            function = self.function
+            if function is None:
+                module, _, attribute = self.name.partition(":")
+                function = _resolve_attribute(module, attribute, name)
+            return _as_parallel(function(**self.kwargs))
+        except ModuleNotFoundError as error:    # raised inside the env's own import
+            raise EnvSourceError(_missing(error, name)) from None
+        except ImportError as error:
+            raise EnvSourceError(f"env {name!r} could not be imported: "
+                                 f"{str(error).splitlines()[0]}") from None
+
+    def _make_gymnasium(self, env_id: str):
+        import gymnasium
+        from gymnasium.error import DependencyNotInstalled, Error
+        for prefix, module in NAMESPACE_MODULES.items():
+            if env_id.startswith(prefix):
+                imported = _import(module, self.name)
+                if module == "ale_py":      # ALE registers its ids through this call
+                    gymnasium.register_envs(imported)
+        try:
+            return gymnasium.make(env_id, **self.kwargs)
+        except DependencyNotInstalled as error:
+            first = str(error).strip().splitlines()[0]
+            raise EnvSourceError(f"env {self.name!r} needs a package that is not installed: "
+                                 f"{first}") from None
+        except Error as error:   # unknown id, version, namespace: Gymnasium's own message
+            raise EnvSourceError(f"env {self.name!r}: {str(error).strip().splitlines()[0]}") \
+                from None
+
+
+def _as_parallel(env):
+    """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged."""
+    try:
+        from pettingzoo.utils.env import AECEnv
+    except ImportError:
+        return env
+    if isinstance(env, AECEnv):
+        from pettingzoo.utils.conversions import aec_to_parallel
+        return aec_to_parallel(env)
+    return env
+
+
+__all__ = ["EnvFactory", "EnvSourceError", "kind_of", "is_native_name", "callable_path",
+           "resolve_wrapper", "check_wrappers", "GYM_PREFIX", "PETTINGZOO_PREFIX"]
