@@ -137,7 +137,7 @@ def unflatten(flat, space, cast: bool = False):
             return tuple(items), offset
         shape, _, _ = _leaf_bounds(sub)
         size = int(np.prod(shape))
-        value = flat[..., offset:offset + size].reshape(*batch, *shape)
+        value = flat[..., offset:offset + size].reshape(batch + tuple(shape))
         if cast and isinstance(value, np.ndarray):
             value = value.astype(sub.dtype)
         return value, offset + size

@@ -1,0 +1,327 @@
+"""Training any env: Gymnasium ids, PettingZoo modules, factories and callables, the
+spaces they bring, the encoders chosen from them, and eval/render/resume by checkpoint."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import peregrine.vector as pv
+from peregrine.train.config import load_config
+from peregrine.train.ppo import Trainer
+from peregrine.train.run import train
+from peregrine.vector.sources import EnvFactory, EnvSourceError, callable_path, kind_of
+from peregrine.vector.spaces import unflatten
+
+import any_env_toys
+
+TESTS = Path(__file__).resolve().parent
+QUIET = [("train.tensorboard", False), ("train.progress_interval", 1000)]
+
+
+def _train(name, overrides, run_dir, **kwargs):
+    config = load_config(name, overrides=[*QUIET, *overrides], **kwargs)
+    return config, train(config, run_dir, overwrite=True)
+
+
+def _returns(run_dir):
+    records = [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text()
+               .splitlines()]
+    return [r["episode_return"] for r in records if r.get("episode_return") is not None]
+
+
+# ---- names -------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name, kind", [
+    ("cartpole", "native"), ("gym:LunarLander-v3", "gymnasium"), ("gym:ALE/Pong-v5", "gymnasium"),
+    ("pettingzoo:butterfly.knights_archers_zombies_v11", "pettingzoo"),
+    ("my_package.envs:make_env", "factory")])
+def test_every_kind_of_name_is_recognised(name, kind):
+    assert kind_of(name) == kind
+
+
+@pytest.mark.parametrize("name", ["Acrobot-v1", "gym:", "pettingzoo:", "not a name", ""])
+def test_an_unknown_name_lists_the_kinds(name):
+    with pytest.raises(EnvSourceError, match="gym:ID|needs|non-empty"):
+        kind_of(name)
+    with pytest.raises(ValueError):
+        load_config(name)
+
+
+def test_a_callable_is_recorded_by_its_import_path_or_kept():
+    assert callable_path(any_env_toys.parity_env) == "any_env_toys:parity_env"
+    config = load_config(any_env_toys.parity_env)
+    assert config.env_name == "any_env_toys:parity_env" and config.env_factory is None
+    closure = lambda: any_env_toys.ParityEnv()   # noqa: E731 - no import path on purpose
+    config = load_config(closure)
+    assert config.env_name.startswith("python:") and config.env_factory is closure
+    assert "env_factory" not in config.to_toml()
+
+
+def test_a_missing_package_is_one_line_naming_what_to_install(monkeypatch):
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("any_env_toys:needs_a_missing_package")()
+    assert "pip install peregrine_missing_simulator" in str(caught.value)
+    from gymnasium.error import DependencyNotInstalled
+
+    def missing(*args, **kwargs):
+        raise DependencyNotInstalled('Box2D is not installed, you can install it by run '
+                                     '`pip install swig` followed by `pip install '
+                                     '"gymnasium[box2d]"`\nmore text')
+    monkeypatch.setattr(gym, "make", missing)
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("gym:LunarLander-v3")()
+    message = str(caught.value)
+    assert "\n" not in message and 'gymnasium[box2d]' in message
+
+
+def test_the_cli_answers_a_missing_package_with_one_line(tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "peregrine.cli", "train", "any_env_toys:needs_a_missing_package",
+         "--detach", "--run-dir", str(tmp_path / "run")],
+        capture_output=True, text=True, cwd=TESTS, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(TESTS)})
+    assert result.returncode != 0
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and "pip install peregrine_missing_simulator" in lines[0]
+
+
+def test_wrappers_are_config_applied_in_order():
+    factory = EnvFactory("gym:CartPole-v1", {}, [
+        {"name": "TimeLimit", "max_episode_steps": 7}, "NormalizeObservation"])
+    env = factory()
+    assert isinstance(env, gym.wrappers.NormalizeObservation)
+    assert isinstance(env.env, gym.wrappers.TimeLimit)
+    with pytest.raises(EnvSourceError, match="not a class of gymnasium.wrappers"):
+        EnvFactory("gym:CartPole-v1", {}, ["NoSuchWrapper"])
+    with pytest.raises(ValueError, match="env.wrappers"):
+        load_config("gym:CartPole-v1", overrides=[("env.wrappers", "[3]")])
+
+
+# ---- training ------------------------------------------------------------------------
+
+def test_training_on_a_gymnasium_id_over_multiprocessing_improves(tmp_path):
+    config, summary = _train("gym:CartPole-v1", [
+        ("train.total_steps", 40_000), ("vec.num_envs", 8), ("train.horizon", 128),
+        ("train.minibatch_size", 256), ("train.learning_rate", 1e-3)], tmp_path / "run")
+    assert config.vec.backend == "multiprocessing" and config.vec.num_workers >= 1
+    returns = _returns(tmp_path / "run")
+    assert summary["status"] == "finished"
+    assert np.mean(returns[-5:]) > 2 * np.mean(returns[:3]), returns
+
+
+def test_training_on_a_factory_with_kwargs_learns(tmp_path):
+    _, summary = _train("any_env_toys:chain_env", [
+        ("env.length", "4"), ("vec.backend", "serial"), ("train.total_steps", 12_000),
+        ("vec.num_envs", 8), ("train.horizon", 64), ("train.minibatch_size", 128),
+        ("train.learning_rate", 1e-3)], tmp_path / "run")
+    # the corridor of 4 steps ends in 4 steps at best, 16 at worst (the time limit)
+    assert summary["recent_return"] > 0.9
+
+
+def test_a_python_callable_trains_and_its_checkpoint_asks_for_it_again(tmp_path):
+    factory = lambda: any_env_toys.ParityEnv()   # noqa: E731 - not importable on purpose
+    config = load_config(factory, overrides=[*QUIET, ("vec.backend", "serial"),
+                                             ("train.total_steps", 2048)])
+    summary = train(config, tmp_path / "run", overwrite=True)
+    assert summary["status"] == "finished"
+    from peregrine.evaluate import evaluate
+    with pytest.raises(ValueError, match="python:"):
+        evaluate(None, str(tmp_path / "run"), episodes=2)
+
+
+def test_a_pettingzoo_env_with_agents_leaving_and_joining_trains(tmp_path):
+    """Rows are agents; agent_2 joins after the first step and agents leave when they
+    finish, so masks vary within episodes (PettingZooEmulation)."""
+    _, summary = _train("any_env_toys:tag_parallel_env", [
+        ("vec.backend", "serial"), ("train.total_steps", 6_000), ("vec.num_envs", 4),
+        ("train.horizon", 50), ("train.minibatch_size", 200), ("train.learning_rate", 1e-3)],
+        tmp_path / "run")
+    returns = _returns(tmp_path / "run")
+    assert summary["status"] == "finished" and np.mean(returns[-3:]) > np.mean(returns[:2])
+
+
+def test_a_pettingzoo_module_by_name(tmp_path):
+    pytest.importorskip("pymunk")
+    pytest.importorskip("pygame")
+    config, summary = _train("pettingzoo:butterfly.knights_archers_zombies_v11", [
+        ("env.max_cycles", 40), ("vec.backend", "serial"), ("vec.num_envs", 1),
+        ("train.total_steps", 2 * 64 * 4), ("train.horizon", 64),
+        ("train.minibatch_size", 128)], tmp_path / "run")
+    assert summary["global_step"] == 512 and summary["episodes"] >= 1
+
+
+# ---- encoders ------------------------------------------------------------------------
+
+def _final_reward(name, encoder, tmp_path, steps=8_192):
+    _, summary = _train(name, [
+        ("vec.backend", "serial"), ("vec.num_envs", 16), ("train.horizon", 32),
+        ("train.minibatch_size", 128), ("train.total_steps", steps),
+        ("train.learning_rate", 3e-3), ("train.ent_coef", 0.0), ("policy.encoder", encoder)],
+        tmp_path / f"{encoder}")
+    return summary["recent_return"]
+
+
+def test_one_hot_encoding_solves_what_the_raw_integer_cannot(tmp_path):
+    encoded = _final_reward("any_env_toys:parity_env", "auto", tmp_path)
+    raw = _final_reward("any_env_toys:parity_env", "flat", tmp_path)
+    assert encoded > 0.95 and raw < 0.8, (encoded, raw)
+
+
+def test_the_cnn_learns_which_half_of_the_image_is_lit(tmp_path):
+    import torch
+    trainer_config = load_config("any_env_toys:image_env", overrides=[("vec.backend", "serial")])
+    trainer = Trainer(trainer_config)
+    try:
+        encoder = trainer.policy.observation_encoder
+        assert encoder is not None and type(encoder.parts[0]).__name__ == "ImageEncoder"
+        assert trainer.storage.obs.dtype == torch.uint8      # the image is stored as uint8
+    finally:
+        trainer.close()
+    assert _final_reward("any_env_toys:image_env", "auto", tmp_path) > 0.95
+
+
+def test_dict_observations_with_an_action_mask_learn_and_never_take_masked_actions(tmp_path):
+    # DictEnv raises on a masked action, so finishing is the masking check
+    assert _final_reward("any_env_toys:dict_env", "auto", tmp_path) > 0.95
+
+
+def test_the_nature_cnn_takes_atari_frames_either_layout():
+    import torch
+    from peregrine.train.encoders import build_encoder
+    for shape in [(4, 84, 84), (84, 84, 4), (84, 84)]:
+        space = spaces.Box(0, 255, shape, np.uint8)
+        encoder = build_encoder(space)
+        rows = torch.randint(0, 256, (3, int(np.prod(shape))), dtype=torch.uint8).float()
+        assert encoder(rows).shape == (3, 512)
+    with pytest.raises(ValueError, match="at least 36"):
+        build_encoder(spaces.Box(0, 255, (8, 8, 3), np.uint8), "nature")
+
+
+# ---- spaces through shared memory -------------------------------------------------
+
+def _leaf():
+    boxes = st.builds(
+        lambda shape, dtype: spaces.Box(-1000, 1000, shape, dtype) if dtype != np.uint8
+        else spaces.Box(0, 255, shape, dtype),
+        st.lists(st.integers(1, 3), min_size=1, max_size=3).map(tuple),
+        st.sampled_from([np.float32, np.uint8, np.int32]))
+    return st.one_of(boxes, st.integers(2, 50).map(spaces.Discrete),
+                     st.integers(1, 6).map(spaces.MultiBinary),
+                     st.lists(st.integers(2, 9), min_size=1, max_size=3).map(
+                         lambda nvec: spaces.MultiDiscrete(nvec)))
+
+
+def _space():
+    return st.recursive(_leaf(), lambda children: st.one_of(
+        st.dictionaries(st.sampled_from("abcde"), children, min_size=1, max_size=3).map(
+            spaces.Dict),
+        st.lists(children, min_size=1, max_size=3).map(lambda items: spaces.Tuple(items))),
+        max_leaves=5)
+
+
+def _same(a, b):
+    if isinstance(a, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, tuple):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    a, b = np.asarray(a), np.asarray(b)
+    return a.shape == b.shape and a.dtype == b.dtype and np.array_equal(a, b)
+
+
+def _round_trip(space, seed):
+    """Two envs in two blocks of one set of buffers (Serial splits rows as Multiprocessing
+    does; the shared-memory path itself is the next test's)."""
+    with pv.make(lambda: any_env_toys.SampleEnv(space), backend="serial", num_envs=2,
+                 num_workers=2, seed=seed) as env:
+        observations, _ = env.reset(seed=seed)
+        unit_seed = pv.common.unit_seed
+        for unit in range(2):
+            space.seed(unit_seed(seed, unit))
+            expected = space.sample()
+            got = unflatten(observations[unit], space, cast=True)
+            assert _same(expected, got), (space, expected, got)
+        assert env.structured_observation_space == space
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(space=_space(), seed=st.integers(0, 2**31))
+def test_any_nesting_of_spaces_round_trips_bit_exactly(space, seed):
+    _round_trip(space, seed)
+
+
+def nested_space():
+    return spaces.Dict({
+        "image": spaces.Box(0, 255, (6, 5, 3), np.uint8),
+        "pair": spaces.Tuple([spaces.Discrete(7, start=-3), spaces.MultiBinary(4)]),
+        "vector": spaces.Box(-5, 5, (2, 3), np.float32)})
+
+
+def nested_sample_env():
+    return any_env_toys.SampleEnv(nested_space())
+
+
+def test_nested_and_image_observations_round_trip_through_shared_memory():
+    space = nested_space()
+    with pv.make(nested_sample_env, backend="multiprocessing", num_envs=2, num_workers=2,
+                 seed=11) as env:
+        observations, _ = env.reset(seed=11)
+        for unit in range(2):
+            space.seed(pv.common.unit_seed(11, unit))
+            assert _same(space.sample(), unflatten(observations[unit], space, cast=True))
+    image = spaces.Box(0, 255, (6, 5, 3), np.uint8)
+    with pv.make(lambda: any_env_toys.SampleEnv(image), backend="serial", num_envs=1) as env:
+        assert env.observations.dtype == np.uint8       # an image alone stays uint8
+
+
+# ---- checkpoints name their env ---------------------------------------------------------
+
+def _cli(*args, timeout=300):
+    result = subprocess.run([sys.executable, "-m", "peregrine.cli", *args],
+                            capture_output=True, text=True, cwd=TESTS, timeout=timeout,
+                            env={**os.environ, "PYTHONPATH": str(TESTS)})
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_eval_render_and_resume_of_an_emulated_run_need_no_env_name(tmp_path):
+    pytest.importorskip("pygame")   # Gymnasium's CartPole draws with pygame
+    run = tmp_path / "run"
+    _cli("train", "gym:CartPole-v1", "--detach", "--run-dir", str(run), "--total-steps", "2048",
+         "--vec.num-envs", "4", "--env.wrappers", '[{name = "TimeLimit", max_episode_steps = 50}]')
+    evaluated = json.loads(_cli("eval", "--policy", str(run), "--episodes", "3", "--json"))
+    assert evaluated["env"] == "gym:CartPole-v1" and evaluated["episodes"] == 3
+    assert evaluated["mean"]["episode_length"] <= 50          # the recorded wrapper applies
+    out = tmp_path / "episode.gif"
+    _cli("render", "--policy", str(run), "--out", str(out), "--every", "5")
+    from PIL import Image
+    assert Image.open(out).n_frames >= 2
+    resumed = _cli("train", "--resume", str(run), "--total-steps", "4096", "--detach")
+    assert "4,096 steps" in resumed
+
+
+def test_an_emulated_env_resumes_from_fresh_episodes(tmp_path):
+    """Without get_state an emulated env cannot restore episodes in progress: a resume
+    continues the counters and weights, and the envs start fresh episodes."""
+    config = load_config("any_env_toys:chain_env", overrides=[
+        *QUIET, ("vec.backend", "serial"), ("vec.num_envs", 2), ("train.total_steps", 256),
+        ("train.horizon", 64)])
+    train(config, tmp_path / "run", overwrite=True)
+    trainer = Trainer(config)
+    try:
+        assert trainer.exact_resume is False
+        from peregrine.train import checkpoint
+        trainer.load_state_dict(checkpoint.load(tmp_path / "run"))
+        assert trainer.updates == 2 and bool(trainer.next_starts.all())
+        assert np.all(trainer.env.observations == 0.0)      # every corridor back at its start
+    finally:
+        trainer.close()
