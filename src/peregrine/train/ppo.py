@@ -184,6 +184,12 @@ class Trainer:
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
                                       critic_width, slots, structure=observation_structure(env)
                                       ).to(device)
+        if t.normalize_obs and policy.observation_encoder is not None:
+            raise ValueError("train.normalize_obs standardises flat rows, but this env's rows "
+                             "hold images, discrete values or a Dict that the policy encodes "
+                             "(policy.encoder); normalise Box leaves with a wrapper instead "
+                             "(env.wrappers = [\"NormalizeObservation\"]) or set "
+                             "policy.encoder = \"flat\"")
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
         self.optimizer = torch.optim.Adam(policy.parameters(), lr=t.learning_rate,
