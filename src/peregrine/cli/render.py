@@ -120,14 +120,14 @@ def _run_emulated(args) -> int:
 
 def write_gif(frames, out_path, frame_ms: int) -> None:
     """RGB frames as an animated GIF, written to a temporary name and renamed, so an
-    interrupted render never leaves a half-written file at `out_path`."""
-    import os
-
+    interrupted render never leaves a half-written file at `out_path` (nor a
+    temporary beside it)."""
     from PIL import Image
+
+    from ..envs.raster import written_atomically
     images = [Image.fromarray(frame).convert("P", palette=Image.ADAPTIVE) for frame in frames]
-    temporary = f"{out_path}.partial"
     durations = [frame_ms] * len(images)
     durations[-1] = max(frame_ms, 1500)
-    images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:],
-                   duration=durations, loop=0)
-    os.replace(temporary, out_path)
+    with written_atomically(out_path) as temporary:
+        images[0].save(temporary, format="GIF", save_all=True, append_images=images[1:],
+                       duration=durations, loop=0)

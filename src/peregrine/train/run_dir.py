@@ -16,8 +16,12 @@ does not exist or is empty. Otherwise:
 * a directory holding only a run's own files but no checkpoint is an attempt
   that crashed before its first checkpoint (nothing to resume): its files are
   removed, with a note, so rerunning the same command starts clean instead of
-  appending a second history to the first;
-* anything else (files that are not a run's) is refused unless `--overwrite`.
+  appending a second history to the first. "A run's own files" is checked inside
+  its folders too: `checkpoints/` may hold only a checkpoint's temporary files and
+  `tensorboard/` only event files; a file a user put there (a model they keep,
+  notes) makes the directory "not a run's" (issue 35);
+* anything else (files that are not a run's) is refused unless `--overwrite`:
+  Peregrine never deletes what a user made without it.
 """
 from __future__ import annotations
 
@@ -35,6 +39,9 @@ LOCK_NAME = "run.lock"
 # monitor's metrics.bin, TensorBoard): what a crashed attempt may leave behind.
 RUN_FILES = ("config.toml", "metrics.jsonl", "metrics.bin", "learning_curve.png",
              "tensorboard", "checkpoints", LOCK_NAME)
+# What a run writes inside its folders before its first checkpoint: a checkpoint's
+# temporary file (train/checkpoint.py: .latest.pt.tmpPID) and TensorBoard's event files.
+RUN_FOLDER_PREFIXES = {"checkpoints": (".latest.pt.tmp",), "tensorboard": ("events.out.tfevents.",)}
 
 
 class RunDirectoryError(ValueError):
@@ -103,7 +110,21 @@ def describe(run_dir: str | os.PathLike[str]) -> str:
         return "empty"
     if checkpoint_file(run_dir).is_file():
         return "run"
-    return "attempt" if names <= set(RUN_FILES) else "other"
+    if not names <= set(RUN_FILES):
+        return "other"
+    return "attempt" if all(_only_run_made(run_dir / name, prefixes)
+                            for name, prefixes in RUN_FOLDER_PREFIXES.items()) else "other"
+
+
+def _only_run_made(folder: Path, prefixes: tuple[str, ...]) -> bool:
+    """True when `folder` (a run's checkpoints/ or tensorboard/) is missing or holds
+    only plain files a run writes there: nothing a user could have put in it."""
+    if not os.path.lexists(folder):
+        return True
+    if folder.is_symlink() or not folder.is_dir():
+        return False
+    return all(entry.is_file(follow_symlinks=False) and entry.name.startswith(prefixes)
+               for entry in os.scandir(folder))
 
 
 def refusal(run_dir: str | os.PathLike[str], state: str) -> str | None:

@@ -187,8 +187,12 @@ def render_episode(env, policy, out_path, instance: int = 0, max_steps: int | No
         delivered = int((state["victims"]["status"] == 2).sum())
     durations = [frame_ms] * len(frames)
     durations[-1] = max(frame_ms, 1500)  # linger on the last frame
-    frames[0].save(out_path, save_all=True, append_images=frames[1:], duration=durations, loop=0,
-                   optimize=True, disposal=1)
+    # A temporary name, renamed when complete: Ctrl-C during the (slow, optimised)
+    # write leaves an existing file at out_path as it was.
+    from ..raster import written_atomically
+    with written_atomically(out_path) as temporary:
+        frames[0].save(temporary, format="GIF", save_all=True, append_images=frames[1:],
+                       duration=durations, loop=0, optimize=True, disposal=1)
     return {"frames": len(frames), "steps": steps, "path": str(out_path), "delivered": delivered}
 
 
