@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -112,5 +113,75 @@ def test_ctrl_c_while_an_emulated_gif_is_written_leaves_no_temporary(tmp_path, m
         write_gif(frames, str(out), 80)
     assert out.read_bytes() == b"GIF89a previous render"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["episode.gif"]
+
+
+# ---- case 4: emulated envs' values that the float32 buffers cannot hold ---------------------------
+
+class _Values(gym.Env):
+    """Returns the observation and reward it is given, whatever they are."""
+
+    def __init__(self, observation, reward=0.0, space=None):
+        self.observation_space = space or gym.spaces.Box(-np.inf, np.inf, (3,), np.float64)
+        self.action_space = gym.spaces.Discrete(2)
+        self.observation, self.reward = observation, reward
+        self.steps = 0
+
+    def reset(self, seed=None, options=None):
+        return np.zeros(3), {}
+
+    def step(self, action):
+        self.steps += 1
+        return self.observation, self.reward, False, False, {}
+
+
+@pytest.mark.parametrize("observation", [
+    np.array([0.0, np.nan, 1.0]), np.array([0.0, 1e300, 1.0]), np.array([0.0, -np.inf, 1.0]),
+    np.array([0.0, None, 1.0], dtype=object)], ids=["nan", "1e300", "-inf", "None"])
+def test_non_finite_emulated_observations_are_refused(observation):
+    from peregrine.vector.emulation import emulate
+    unit = emulate(_Values(observation), seed=0)
+    try:
+        with pytest.raises(ValueError, match=r"env 0 returned an observation .*not finite"):
+            unit.step(np.zeros(unit.actions.shape, unit.actions.dtype))
+    finally:
+        unit.close()
+
+
+def test_non_finite_leaf_of_a_dict_observation_is_refused():
+    from peregrine.vector.emulation import emulate
+    space = gym.spaces.Dict({"a": gym.spaces.Discrete(3),
+                             "b": gym.spaces.Box(-np.inf, np.inf, (2,), np.float64)})
+
+    class DictValues(_Values):
+        def reset(self, seed=None, options=None):
+            return {"a": 1, "b": np.zeros(2)}, {}
+
+    unit = emulate(DictValues({"a": 1, "b": np.array([1.0, np.nan])}, space=space), seed=0)
+    try:
+        with pytest.raises(ValueError, match="not finite"):
+            unit.step(np.zeros(unit.actions.shape, unit.actions.dtype))
+    finally:
+        unit.close()
+
+
+@pytest.mark.parametrize("reward", [1e300, -1e39, np.float64(3.5e38)])
+def test_rewards_beyond_float32_are_refused(reward):
+    from peregrine.vector.emulation import emulate
+    unit = emulate(_Values(np.zeros(3), reward), seed=0)
+    try:
+        with pytest.raises(ValueError, match=r"env 0 returned a reward .*float32"):
+            unit.step(np.zeros(unit.actions.shape, unit.actions.dtype))
+    finally:
+        unit.close()
+
+
+def test_large_finite_values_that_fit_float32_pass():
+    from peregrine.vector.emulation import emulate
+    unit = emulate(_Values(np.array([3e38, -3e38, 1.0]), 3e38), seed=0)
+    try:
+        observations, rewards, *_ = unit.step(np.zeros(unit.actions.shape, unit.actions.dtype))
+        assert np.isfinite(observations).all() and rewards[0] == np.float32(3e38)
+    finally:
+        unit.close()
 
 

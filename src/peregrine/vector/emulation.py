@@ -20,9 +20,12 @@ Strict values. What an env returns is checked before it reaches the buffers, the
 same way on every backend (the units are the same objects in Serial and in
 Multiprocessing workers), with the env's index in the message: an observation
 must have its space's shape exactly (a scalar or a size-1 array is not broadcast
-into a Box(4)), a reward must be a finite real number (not NaN, inf, a string or
-None), and `terminated`/`truncated` must be bools (Python's or NumPy's). The
-checks are a few type tests per step, next to a Python env's own step.
+into a Box(4)) and finite values that float32 can hold (not NaN, inf, None or
+1e300, which the float32 row would store as inf), a reward must be a real number
+within float32's range (not NaN, inf, 1e300, a string or None), and
+`terminated`/`truncated` must be bools (Python's or NumPy's). The checks are a
+few type tests and one np.isfinite over the row per step, next to a Python env's
+own step.
 """
 from __future__ import annotations
 
@@ -73,17 +76,20 @@ def emulate(env, buffers=None, seed=None, index=0):
 
 _REAL = (int, float, np.integer, np.floating)
 _COMMON_REALS = frozenset((float, int, np.float64, np.float32))   # one set lookup
+# The reward buffers are float32: a finite float64 beyond this is stored as inf.
+_FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
 def checked_reward(value, where: str, agent=None) -> float:
-    """`value` as a float when it is a finite real number; ValueError naming `where`
-    (and the agent) otherwise. Bools are not rewards (Gymnasium's checker agrees)."""
+    """`value` as a float when it is a real number that the float32 reward buffer
+    holds (finite, within +-3.4e38); ValueError naming `where` (and the agent)
+    otherwise. Bools are not rewards (Gymnasium's checker agrees)."""
     if type(value) in _COMMON_REALS:          # the per-step case: ~100 ns
         try:
             number = float(value)
         except OverflowError:                 # an int beyond float's range
             number = math.inf
-        if number - number == 0.0:            # false for NaN and +-inf
+        if -_FLOAT32_MAX <= number <= _FLOAT32_MAX:     # false for NaN, +-inf, 1e300
             return number
     if isinstance(value, _REAL) and not isinstance(value, (bool, np.bool_)):
         try:
@@ -101,6 +107,10 @@ def checked_reward(value, where: str, agent=None) -> float:
     if not math.isfinite(number):
         raise ValueError(f"{where} returned a reward{for_agent} that is not a finite number: "
                          f"{number!r}")
+    if not -_FLOAT32_MAX <= number <= _FLOAT32_MAX:
+        raise ValueError(f"{where} returned a reward{for_agent} of {number!r}, beyond float32's "
+                         f"range (+-3.4e38): the reward buffer would hold inf; scale the "
+                         f"env's rewards down")
     return number
 
 

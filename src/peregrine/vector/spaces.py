@@ -84,6 +84,7 @@ class FlatObservation:
             big = np.finfo(np.float32).max
             low, high = np.clip(low, -big, big), np.clip(high, -big, big)
         self.space = spaces.Box(low.astype(dtype), high.astype(dtype), (offset,), dtype)
+        self._check_finite = dtype == np.float32
         self._simple = len(self.fields) == 1 and self.fields[0][0] == ()
         self._flat_leaf = (self._simple and isinstance(all_leaves[0][1], spaces.Box)
                            and len(all_leaves[0][1].shape) == 1)
@@ -91,27 +92,48 @@ class FlatObservation:
     def write(self, value, row: np.ndarray, where: str = "the env") -> None:
         """Writes one observation into the 1-D row (casts; no allocation for Box leaves).
         Each leaf must have its space's shape exactly: nothing is broadcast (a scalar
-        is not four equal values). ValueError naming `where` and the space otherwise."""
+        is not four equal values). ValueError naming `where` and the space otherwise.
+
+        A float32 row must come out finite: NaN, +-inf, None (NaN once cast) and
+        values beyond float32's range (1e300 becomes inf) are refused, naming the
+        leaf and index. The check is one np.isfinite over the written row."""
         try:
             if self._simple:
                 shape = self._shapes[0]
                 if getattr(value, "shape", None) != shape and np.shape(value) != shape:
                     raise ValueError(f"expected shape {shape}")
                 row[...] = value if self._flat_leaf else np.ravel(value)
-                return
-            for (path, offset, size), shape in zip(self.fields, self._shapes):
-                leaf = _get(value, path)
-                if getattr(leaf, "shape", None) != shape and np.shape(leaf) != shape:
-                    raise ValueError(f"{'/'.join(map(str, path))} has shape {np.shape(leaf)}, "
-                                     f"expected {shape}")
-                row[offset:offset + size] = np.ravel(leaf)
-        except (ValueError, TypeError, KeyError, IndexError) as error:
+            else:
+                for (path, offset, size), shape in zip(self.fields, self._shapes):
+                    leaf = _get(value, path)
+                    if getattr(leaf, "shape", None) != shape and np.shape(leaf) != shape:
+                        raise ValueError(f"{'/'.join(map(str, path))} has shape "
+                                         f"{np.shape(leaf)}, expected {shape}")
+                    row[offset:offset + size] = np.ravel(leaf)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeWarning) as error:
+            # (RuntimeWarning: NumPy's overflow warning in the cast, under -W error)
             try:
                 shape = f" of shape {np.shape(value)}"
             except (ValueError, TypeError):     # a ragged nesting has no shape
                 shape = ""
             raise ValueError(f"{where} returned an observation{shape} that does not fit its "
                              f"observation_space {self.source_space}: {error}") from None
+        if self._check_finite and not np.isfinite(row).all():
+            self._refuse_non_finite(value, row, where)
+
+    def _refuse_non_finite(self, value, row: np.ndarray, where: str) -> None:
+        index = int(np.flatnonzero(~np.isfinite(row))[0])
+        path, offset, _ = next(f for f in reversed(self.fields) if f[1] <= index)
+        leaf = _get(value, path)
+        try:
+            original = np.ravel(np.asarray(leaf, dtype=object))[index - offset]
+        except (ValueError, TypeError, IndexError):
+            original = row[index]
+        name = "/".join(map(str, path)) or "the observation"
+        raise ValueError(f"{where} returned an observation whose value at {name}[{index - offset}] "
+                         f"is not finite in float32 ({original!r}; NaN, inf, None and values "
+                         f"beyond +-3.4e38 cannot be stored): observations must be finite "
+                         f"numbers")
 
 
 def unflatten(flat, space, cast: bool = False):
