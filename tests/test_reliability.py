@@ -16,7 +16,9 @@ Case 9 (elastic restarts) is benchmarks/stress_elastic_restart.py, outside the s
 """
 from __future__ import annotations
 
+import hashlib
 import os
+import pickle
 from pathlib import Path
 
 import gymnasium as gym
@@ -24,6 +26,7 @@ import numpy as np
 import pytest
 
 from peregrine.cli import main as cli_main
+from peregrine.train import checkpoint
 from peregrine.train.config import load_config
 from peregrine.train.ppo import Trainer
 
@@ -185,3 +188,103 @@ def test_large_finite_values_that_fit_float32_pass():
         unit.close()
 
 
+# ---- case 5: non-finite weights and nonsensical counters ----------------------------------------
+
+def test_eval_of_a_checkpoint_with_nan_weights_is_refused(tmp_path, payload, capsys):
+    broken = dict(payload, policy={k: v.clone() for k, v in payload["policy"].items()})
+    name = next(k for k, v in broken["policy"].items() if v.is_floating_point())
+    broken["policy"][name][0] = float("nan")
+    path = tmp_path / "nan.pt"
+    checkpoint.save(path, broken)
+    assert cli_main(["eval", "cartpole", "--policy", str(path), "--episodes", "2"]) != 0
+    err = capsys.readouterr().err
+    assert "not finite" in err and name in err, err
+
+
+@pytest.mark.parametrize("key, value", [("updates", -3), ("global_step", -1),
+                                        ("updates", 2.5), ("episodes", True)])
+def test_a_checkpoint_with_a_nonsensical_counter_is_refused(tmp_path, payload, key, value):
+    path = tmp_path / "counter.pt"
+    checkpoint.save(path, dict(payload, **{key: value}))
+    with pytest.raises(ValueError, match=rf"counter.pt' has {key} = {value!r}"):
+        checkpoint.load(path)
+
+
+def test_resume_of_a_run_whose_checkpoint_counts_backwards_is_refused(tmp_path, capsys):
+    run = tmp_path / "run"
+    assert cli_main(["train", "cartpole", *TINY, "--detach", "--run-dir", str(run),
+                     "--total-steps", "512", "--train.horizon", "32"]) == 0
+    state = checkpoint.load(run)
+    checkpoint.save(run / "checkpoints" / "latest.pt", dict(state, updates=-3))
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(run), "--detach", "--total-steps", "2048"]) == 2
+    assert "updates = -3" in capsys.readouterr().err
+
+
+# ---- case 7: messages that say what happened ---------------------------------------------------
+
+def test_a_flipped_bit_in_the_length_field_is_not_called_truncation(tmp_path, payload):
+    path = tmp_path / "flipped.pt"
+    checkpoint.save(path, payload)
+    raw = bytearray(path.read_bytes())
+    raw[len(checkpoint.MAGIC) + 4] ^= 1          # bit 32 of the payload length
+    path.write_bytes(bytes(raw))
+    with pytest.raises(ValueError) as error:
+        checkpoint.load(path)
+    assert "truncated" not in str(error.value)
+    assert "length field" in str(error.value) and "damaged" in str(error.value)
+
+
+def test_a_truly_truncated_checkpoint_is_still_called_truncated(tmp_path, payload):
+    path = tmp_path / "cut.pt"
+    checkpoint.save(path, payload)
+    path.write_bytes(path.read_bytes()[:-100])
+    with pytest.raises(ValueError, match="is truncated"):
+        checkpoint.load(path)
+
+
+def test_a_raw_pickle_is_refused_with_a_reason(tmp_path):
+    data = pickle.dumps({"policy": {"weight": [1.0, 2.0]}})
+    path = tmp_path / "raw.pt"
+    path.write_bytes(checkpoint.HEADER.pack(checkpoint.MAGIC, len(data),
+                                            hashlib.sha256(data).digest()) + data)
+    with pytest.raises(ValueError) as error:
+        checkpoint.load(path)
+    message = str(error.value)
+    assert "decoded: ." not in message and "decoded: It" not in message, message
+    assert "pickle" in message, message
+
+
+def test_a_full_disk_during_a_metrics_write_names_the_file(tmp_path):
+    from peregrine.train.metrics import RunLogger
+    if not os.path.exists("/dev/full"):
+        pytest.skip("needs /dev/full")
+    (tmp_path / "metrics.jsonl").symlink_to("/dev/full")
+    logger = RunLogger(tmp_path, [], dashboard=False)
+    with pytest.raises(OSError) as error:
+        logger.update({"updates": 1, "global_step": 8})
+    assert "metrics.jsonl" in str(error.value) and error.value.errno == 28, str(error.value)
+
+
+def test_a_minibatch_larger_than_the_batch_is_named(capsys):
+    trainer = Trainer(load_config("cartpole", overrides=[
+        ("vec.num_envs", 4), ("train.horizon", 8), ("train.minibatch_size", 512),
+        ("train.total_steps", 64)]))
+    trainer.close()
+    err = capsys.readouterr().err
+    assert "train.minibatch_size (512)" in err and "32" in err, err
+
+
+# ---- case 8: advice a CLI user can follow ------------------------------------------------------
+
+def test_too_many_workers_names_the_config_key(tmp_path, capsys):
+    from peregrine.vector.common import available_cores
+    workers = available_cores() * 2
+    code = cli_main(["train", "gym:CartPole-v1", *TINY, "--detach", "--run-dir",
+                     str(tmp_path / "run"), "--vec.backend", "multiprocessing",
+                     "--vec.num-envs", str(workers), "--vec.num-workers", str(workers),
+                     "--total-steps", "256"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    # the advice names what the CLI can change (overwork= is for Python callers)
+    assert f"--vec.num-workers {available_cores()}" in err and "vec.num_workers" in err, err

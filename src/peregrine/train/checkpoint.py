@@ -76,6 +76,13 @@ def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu")
         raise ValueError(f"{str(path)!r} is not a Peregrine checkpoint (bad header)")
     _magic, length, digest = HEADER.unpack_from(raw)
     data = raw[HEADER.size:]
+    if len(data) != length and hashlib.sha256(data).digest() == digest:
+        # The payload is whole (its checksum matches): the length field is what changed.
+        raise ValueError(f"checkpoint {str(path)!r} has a damaged header: its length field "
+                         f"says {length} bytes, but the payload has {len(data)} bytes and "
+                         f"matches its checksum (a flipped bit, or the header was edited); "
+                         f"the file was changed after it was written: use a copy of it or an "
+                         f"earlier checkpoint")
     if len(data) < length:
         raise ValueError(f"checkpoint {str(path)!r} is truncated: payload has {len(data)} of "
                          f"{length} bytes")
@@ -93,7 +100,60 @@ def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu")
     if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION:
         raise ValueError(f"checkpoint {str(path)!r} has an unsupported format version "
                          f"{payload.get('format_version') if isinstance(payload, dict) else None}")
+    check_sound(payload, f"checkpoint {str(path)!r}")
     return payload
+
+
+COUNTERS = ("updates", "global_step", "episodes")
+# Entries whose floating-point tensors must all be finite: the weights, Adam's moments,
+# the normalisers' statistics.
+FINITE_ENTRIES = ("policy", "optimizer", "obs_normalizer", "reward_scaler")
+
+
+def check_sound(payload: dict, label: str = "checkpoint") -> None:
+    """ValueError, naming the entry, for a checkpoint that decodes but cannot be
+    trained on or evaluated: a counter that is not an integer >= 0 (a resume would
+    count on from it), `elapsed` that is not a finite number >= 0, or weights,
+    optimizer moments or normaliser statistics holding NaN or inf (a diverged run:
+    evaluating it would print returns of a policy that outputs NaN)."""
+    for key in COUNTERS:
+        if key in payload:
+            value = payload[key]
+            if type(value) is not int or value < 0:
+                raise ValueError(f"{label} has {key} = {value!r}: a counter must be an integer "
+                                 f">= 0; the file was damaged or not written by Peregrine")
+    elapsed = payload.get("elapsed", 0.0)
+    if type(elapsed) not in (int, float) or not 0.0 <= elapsed < float("inf"):
+        raise ValueError(f"{label} has elapsed = {elapsed!r}: it must be a finite number of "
+                         f"seconds >= 0; the file was damaged or not written by Peregrine")
+    bad = [name for entry in FINITE_ENTRIES if entry in payload
+           for name, tensor in _float_tensors(payload[entry], entry)
+           if not bool(torch.isfinite(tensor).all())]
+    if bad:
+        shown = ", ".join(bad[:6]) + (f" and {len(bad) - 6} more" if len(bad) > 6 else "")
+        raise ValueError(f"{label} holds values that are not finite (NaN or inf) in {shown}: "
+                         f"the run that wrote it diverged or the file was damaged; use an "
+                         f"earlier checkpoint (a lower train.learning_rate or "
+                         f"train.max_grad_norm keeps a run from diverging)")
+
+
+def _float_tensors(value: Any, name: str):
+    """(dotted name, tensor) of every floating-point tensor or array in a nesting
+    of dicts and lists."""
+    if isinstance(value, torch.Tensor):
+        if value.is_floating_point():
+            yield name, value
+    elif isinstance(value, np.ndarray):
+        if value.dtype.kind == "f":
+            yield name, torch.from_numpy(value)
+    elif isinstance(value, float):
+        yield name, torch.tensor(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _float_tensors(item, f"{name}.{key}")
+    elif isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            yield from _float_tensors(item, f"{name}.{index}")
 
 
 def _decoding_problem(error: Exception) -> str:
@@ -102,9 +162,17 @@ def _decoding_problem(error: Exception) -> str:
     text = str(error)
     if "Weights only load failed" not in text:
         return text
-    detail = next((line.split("WeightsUnpickler error:", 1)[1].split(". Please use")[0].strip()
-                   for line in text.splitlines() if "WeightsUnpickler error:" in line),
-                  "it holds an object of a kind checkpoints never hold")
+    # torch's text: "... WeightsUnpickler error: DETAIL\n\nCheck the documentation ...";
+    # DETAIL may follow on the same line or on the next ones.
+    detail = text.split("WeightsUnpickler error:", 1)[1] if "WeightsUnpickler error:" in text \
+        else ""
+    detail = detail.split("Check the documentation")[0].split(". Please use")[0]
+    detail = " ".join(detail.split()).rstrip(".")
+    if detail.startswith("Unsupported operand"):
+        detail = (f"it is a plain pickle, not a torch.save file ({detail}: a pickle protocol "
+                  f"or instruction that checkpoints never use)")
+    if not detail:
+        detail = "it holds an object of a kind checkpoints never hold"
     return (f"{detail}. It is not a Peregrine training checkpoint, and it is refused: loading "
             f"such objects could run code")
 

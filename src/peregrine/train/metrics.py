@@ -79,7 +79,11 @@ class RunLogger:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_from is not None:
             cut_jsonl(self.run_dir / "metrics.jsonl", resume_from[0])
-        self.jsonl = open(self.run_dir / "metrics.jsonl", "a", buffering=1)
+        self.jsonl_path = self.run_dir / "metrics.jsonl"
+        try:
+            self.jsonl = open(self.jsonl_path, "a", buffering=1)
+        except OSError as error:
+            raise self._write_error(error) from None
         self.writer = None
         if dashboard:
             from ..monitor.metrics import MetricsWriter
@@ -118,8 +122,19 @@ class RunLogger:
     def _warn(message: str) -> None:
         print(f"peregrine train: warning: {message}", file=sys.stderr)
 
+    def _write_error(self, error: OSError) -> OSError:
+        """`error` (a full or read-only disk, say) naming the metrics file."""
+        return OSError(error.errno, f"cannot write metrics {str(self.jsonl_path)!r}: "
+                                    f"{error.strerror or error}")
+
+    def _write_line(self, record: dict) -> None:
+        try:
+            self.jsonl.write(json.dumps(record) + "\n")
+        except OSError as error:
+            raise self._write_error(error) from None
+
     def update(self, record: dict) -> None:
-        self.jsonl.write(json.dumps(record) + "\n")
+        self._write_line(record)
         if self.writer is not None:
             try:
                 self.writer.update(
@@ -148,8 +163,13 @@ class RunLogger:
                 self.tensorboard.add_scalar(key, value, step)
 
     def close(self, status: str) -> None:
-        self.jsonl.write(json.dumps({"status": status}) + "\n")
-        self.jsonl.close()
+        try:
+            self._write_line({"status": status})
+        finally:
+            try:
+                self.jsonl.close()
+            except OSError:
+                pass    # the failed write above (or its flush) already said why
         if self.writer is not None:
             try:
                 self.writer.close(status=status)

@@ -65,6 +65,7 @@ import contextlib
 import copy
 import dataclasses
 import math
+import sys
 import time
 from collections import deque
 
@@ -168,6 +169,13 @@ class Trainer:
         self.rows = rows = int(env.num_agents)
         self.horizon = t.horizon
         self.batch_size = rows * t.horizon
+        if t.minibatch_size > self.batch_size and getattr(self.dist, "rank", 0) == 0:
+            # Accepted (each epoch is then one gradient step on the whole batch), but said.
+            print(f"peregrine train: warning: train.minibatch_size ({t.minibatch_size}) is "
+                  f"larger than the batch ({self.batch_size} samples: {rows} rows x "
+                  f"train.horizon {t.horizon}); each epoch is one gradient step on the whole "
+                  f"batch. Set train.minibatch_size to at most {self.batch_size}, or raise "
+                  f"vec.num_envs or train.horizon", file=sys.stderr, flush=True)
         # dist hook: total_steps and global_step count the samples of every rank.
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
@@ -502,7 +510,8 @@ class Trainer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        from .checkpoint import check_env
+        from .checkpoint import check_env, check_sound
+        check_sound(state, "checkpoint")
         check_env(state, self.env, "checkpoint")
         if state["rows"] != self.rows:
             raise ValueError(f"checkpoint was trained with {state['rows']} rows but this run "

@@ -445,8 +445,10 @@ class Multiprocessing(VectorBase):
         cores = available_cores()
         if isinstance(num_workers, int) and num_workers > cores and not overwork:
             raise ValueError(f"num_workers ({num_workers}) is more than the {cores} available "
-                             "cores; workers would fight for CPU. Pass overwork=True to "
-                             "allow it anyway")
+                             f"cores; workers would fight for CPU. Set vec.num_workers to at "
+                             f"most {cores} (--vec.num-workers {cores}, or \"auto\": one per "
+                             f"core); from Python, Multiprocessing(..., overwork=True) allows "
+                             f"it anyway")
         self._parent_spin = _PARENT_SPIN_SECONDS if num_workers < cores else 0.0
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.close)
