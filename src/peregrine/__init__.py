@@ -14,4 +14,11 @@ from .envs.registry import list_envs, make, register_gymnasium_envs_on_import
 register_gymnasium_envs_on_import()  # gymnasium.make("peregrine/CartPole-v1") and friends
 
 __version__ = "0.1.0"
-__all__ = ["make", "list_envs", "__version__"]
+__all__ = ["make", "list_envs", "get_include", "__version__"]
+
+
+def get_include() -> str:
+    """The folder of the C SDK headers (pg_env.h and what it needs), for building an
+    env header outside Peregrine's source tree, as numpy.get_include()."""
+    from .envs.sdk import get_include as include
+    return include()

@@ -25,6 +25,7 @@ COMMANDS = {
     "monitor": ("peregrine.cli.monitor", "attach a dashboard to a run"),
     "envs": ("peregrine.cli.envs", "list environments and their spaces"),
     "render": ("peregrine.cli.render", "render an episode to a GIF"),
+    "new-env": ("peregrine.cli.new_env", "write a working C env package to start from"),
 }
 
 

@@ -35,21 +35,40 @@ def add_arguments(parser):
 
 
 def gpu_check(names) -> int:
+    """NVRTC compiles each env's header (built-in, plugin or loaded: its class's
+    gpu_source), then the audits the GPU batch relies on: the Env struct has the same
+    layout on host and GPU, and every pointer in it is one the GPU batch mirrors."""
     import sys
 
+    from ..envs.gpu import audit
     from ..envs.gpu import compiler as gpu
+    sources = {name: env_class(name).gpu_source() for name in names}
     try:
-        results = gpu.check_all(names)
+        results = gpu.check_all(sources)
     except ImportError as error:
         print(f"peregrine envs --gpu-check: {error}", file=sys.stderr)
         return 2
+    failed = False
     for name, error in results.items():
-        if error is None:
-            print(f"{name}: compiles for the GPU (NVRTC {'.'.join(map(str, gpu.nvrtc_version()))}, "
-                  f"{gpu.CHECK_ARCH})")
-        else:
+        if error is not None:
             print(f"{name}: FAILED\n{error}", file=sys.stderr)
-    return 1 if any(results.values()) else 0
+            failed = True
+            continue
+        try:
+            layout = audit.check_layout(sources[name])
+            problems = layout.mismatches + audit.pointer_problems(sources[name],
+                                                                  env_class(name))
+        except audit.LayoutToolMissing as missing:
+            print(f"{name}: compiles for the GPU; layout and pointer audits skipped: {missing}")
+            continue
+        if problems:
+            print(f"{name}: FAILED the GPU audits\n  " + "\n  ".join(problems), file=sys.stderr)
+            failed = True
+        else:
+            print(f"{name}: compiles for the GPU (NVRTC "
+                  f"{'.'.join(map(str, gpu.nvrtc_version()))}, {gpu.CHECK_ARCH}); Env layout "
+                  f"identical on host and GPU ({layout.size} bytes), every pointer mirrored")
+    return 1 if failed else 0
 
 
 def run(args) -> int:

@@ -16,12 +16,15 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from .check import EnvContractError, check_env
+    from .registry import load
+    from .sdk import NativeBuildError, get_include
     from .gpu.batch import DeviceEnv
     from .native.batch import NativeEnv
 
 _LAZY = {
     "check_env": "check", "EnvContractError": "check",
     "NativeEnv": "native.batch", "DeviceEnv": "gpu.batch",
+    "load": "registry", "get_include": "sdk", "NativeBuildError": "sdk",
 }
 
 __all__ = sorted(_LAZY)

@@ -9,9 +9,14 @@ not pay for importing Gymnasium.
 """
 from __future__ import annotations
 
+import copyreg
 import importlib
+import os
 import sys
-from typing import TYPE_CHECKING, Any, overload
+from pathlib import Path
+from types import SimpleNamespace
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, overload
 
 if TYPE_CHECKING:   # for annotations only: the envs (and torch) load on first use
     import torch
@@ -19,59 +24,207 @@ if TYPE_CHECKING:   # for annotations only: the envs (and torch) load on first u
     from .gpu.batch import DeviceEnv
     from .native.batch import NativeEnv
 
-# name -> "module:Class". Adding an env is one line here (plus its folder).
-ENVS = {
-    "cartpole": "peregrine.envs.cartpole:CartPole",
-    "pendulum": "peregrine.envs.pendulum:Pendulum",
-    "mountain_car": "peregrine.envs.mountain_car:MountainCar",
-    "mountain_car_continuous": "peregrine.envs.mountain_car_continuous:MountainCarContinuous",
-    "prospector": "peregrine.envs.prospector:Prospector",
-    "drone_swarm": "peregrine.envs.drone_swarm:DroneSwarm",
-}
+class EnvEntry(NamedTuple):
+    """What names a native env: its class ("module:Class", imported on first use) and
+    the facts the exports need without importing it."""
+    target: str
+    # The Gymnasium id, registered as "peregrine/<id>" (default: the env's name). The
+    # classic envs take Gymnasium's own id because their rules, spaces and step limits
+    # are Gymnasium's (tests/test_gymnasium_api.py checks this against the installed
+    # Gymnasium); a rule change there means a new version number here.
+    gymnasium_id: str | None = None
+    # Gymnasium's max_episode_steps of the ids whose rules are Gymnasium's (the spec's,
+    # so gymnasium.make adds its TimeLimit as for Gymnasium's own envs). The other ids
+    # end at their own max_steps, which presets change: their specs carry none.
+    step_limit: int | None = None
+    # The module that draws the env: rgb_frame(env, instance) and RENDER_FPS for the
+    # exports' render_mode="rgb_array" (multi-agent envs add agent_frames), and
+    # render_episode(env, policy, out_path, ...) where `peregrine render` writes GIFs.
+    renderer: str | None = None
+    # Where it comes from: "built-in", the distribution of a plugin, or "loaded".
+    source: str = "built-in"
 
-# name -> Gymnasium id, registered as "peregrine/<id>". The classic envs take
-# Gymnasium's own id because their rules, spaces and step limits are
-# Gymnasium's (tests/test_gymnasium_api.py checks this against the installed
-# Gymnasium); a rule change there means a new version number here.
-GYMNASIUM_IDS = {
-    "cartpole": "CartPole-v1",
-    "pendulum": "Pendulum-v1",
-    "mountain_car": "MountainCar-v0",
-    "mountain_car_continuous": "MountainCarContinuous-v0",
-    "prospector": "Prospector-v0",
-    "drone_swarm": "DroneSwarm-v0",
+
+# The one table of the built-in envs. A plugin adds its envs through the entry-point
+# group "peregrine.envs" (name = "package.module:Class", ENTRY_POINT_GROUP), found the
+# same way the first time a name is asked for; peregrine.envs.load adds an env built at
+# run time. Adding a built-in env is one entry here plus its folder (setup.py builds
+# every envs/NAME/NAME.h).
+BUILT_IN = {
+    "cartpole": EnvEntry("peregrine.envs.cartpole:CartPole", "CartPole-v1", 500,
+                         "peregrine.envs.cartpole.render"),
+    "pendulum": EnvEntry("peregrine.envs.pendulum:Pendulum", "Pendulum-v1", 200,
+                         "peregrine.envs.pendulum.render"),
+    "mountain_car": EnvEntry("peregrine.envs.mountain_car:MountainCar", "MountainCar-v0", 200,
+                             "peregrine.envs.mountain_car.render"),
+    "mountain_car_continuous": EnvEntry(
+        "peregrine.envs.mountain_car_continuous:MountainCarContinuous",
+        "MountainCarContinuous-v0", 999, "peregrine.envs.mountain_car.render"),
+    "prospector": EnvEntry("peregrine.envs.prospector:Prospector", "Prospector-v0", None,
+                           "peregrine.envs.prospector.render"),
+    "drone_swarm": EnvEntry("peregrine.envs.drone_swarm:DroneSwarm", "DroneSwarm-v0", None,
+                            "peregrine.envs.drone_swarm.render"),
 }
+ENTRY_POINT_GROUP = "peregrine.envs"
 GYMNASIUM_NAMESPACE = "peregrine"
 
-# Gymnasium's max_episode_steps of the ids whose rules are Gymnasium's (the
-# spec's, so gymnasium.make adds its TimeLimit as for Gymnasium's own envs). The
-# other ids end at their own max_steps, which presets change: their specs carry none.
-GYMNASIUM_STEP_LIMITS = {
-    "cartpole": 500,
-    "pendulum": 200,
-    "mountain_car": 200,
-    "mountain_car_continuous": 999,
-}
+_LOADED: dict[str, type] = {}       # envs built at run time (peregrine.envs.load)
 
-# name -> module that draws the env: rgb_frame(env, instance) and RENDER_FPS for
-# the exports' render_mode="rgb_array" (every env; multi-agent envs add
-# agent_frames, one frame per agent), and render_episode(env, policy, out_path,
-# ...) where `peregrine render` writes GIFs of episodes (drone_swarm).
-RENDERERS = {
-    "cartpole": "peregrine.envs.cartpole.render",
-    "pendulum": "peregrine.envs.pendulum.render",
-    "mountain_car": "peregrine.envs.mountain_car.render",
-    "mountain_car_continuous": "peregrine.envs.mountain_car.render",
-    "prospector": "peregrine.envs.prospector.render",
-    "drone_swarm": "peregrine.envs.drone_swarm.render",
-}
+
+class _Table(Mapping):
+    """Every native env: the built-in table, the plugins' entry points (read once, on
+    first use, so `import peregrine` stays light) and envs loaded at run time."""
+
+    def __init__(self):
+        self._entries: dict[str, EnvEntry] | None = None
+
+    def _all(self) -> dict[str, EnvEntry]:
+        if self._entries is None:
+            entries = dict(BUILT_IN)
+            for point in _entry_points():
+                entry = EnvEntry(point.value, source=_distribution(point))
+                if point.name in entries:
+                    raise ValueError(
+                        f"env name clash: {point.name!r} of the plugin {entry.source!r} is "
+                        f"already taken by {entries[point.name].source!r} "
+                        f"({entries[point.name].target}); rename one of them")
+                entries[point.name] = entry
+            for name, cls in _LOADED.items():
+                entries[name] = EnvEntry(f"{cls.__module__}:{cls.__qualname__}",
+                                         source="loaded")
+            self._entries = entries
+        return self._entries
+
+    def add(self, name: str, entry: EnvEntry) -> None:
+        self._all()[name] = entry
+
+    def refresh(self) -> None:
+        """Reads the entry points again on next use (after installing a plugin in this
+        process); envs loaded at run time stay."""
+        self._entries = None
+
+    def __getitem__(self, name):
+        return self._all()[name].target
+
+    def __iter__(self):
+        return iter(self._all())
+
+    def __len__(self):
+        return len(self._all())
+
+    def entry(self, name: str) -> EnvEntry:
+        return self._all()[name]
+
+
+def _entry_points():
+    from importlib.metadata import entry_points
+    return entry_points(group=ENTRY_POINT_GROUP)
+
+
+def _distribution(point) -> str:
+    dist = getattr(point, "dist", None)
+    return f"plugin {dist.name}" if dist is not None else "a plugin"
+
+
+# name -> "module:Class" of every native env (a read-only mapping).
+ENVS = _Table()
+
+
+def _column(field: str) -> dict:
+    return {name: getattr(entry, field) for name, entry in BUILT_IN.items()
+            if getattr(entry, field) is not None}
+
+
+# Views of the built-in table, by column.
+GYMNASIUM_IDS = _column("gymnasium_id")
+GYMNASIUM_STEP_LIMITS = _column("step_limit")
+RENDERERS = _column("renderer")
+
+
+def renderer(name: str) -> str | None:
+    """The drawing module of env `name` (a plugin's: its class's `renderer`), or None."""
+    entry = ENVS.entry(name)
+    if entry.renderer is not None or entry.source == "built-in":
+        return entry.renderer
+    return getattr(env_class(name), "renderer", None)
+
+
+def register(name: str, cls: type, replace: bool = False) -> None:
+    """Adds `cls` (a NativeEnv subclass) as env `name` for this process (what
+    peregrine.envs.load does). A name taken by a built-in env or a plugin is refused;
+    `replace` lets a loaded env be rebuilt under its own name."""
+    if name in ENVS and not (replace and ENVS.entry(name).source == "loaded"):
+        raise ValueError(f"env name clash: {name!r} is already taken by "
+                         f"{ENVS.entry(name).source!r} ({ENVS[name]}); choose another name")
+    _LOADED[name] = cls
+    ENVS.add(name, EnvEntry(f"{cls.__module__}:{cls.__qualname__}", source="loaded"))
+
+
+class _LoadedEnvClass(type):
+    """The type of an env class built by `load`: it pickles as "load this header
+    again" (a cache hit in the new process), so spawned workers can rebuild it."""
+
+
+# Envs built by `load`, by class name: a class is found here by its qualified name
+# ("loaded.MyEnv"), so cloudpickle (Multiprocessing's) pickles it by reference too,
+# which then goes through _reduce_loaded instead of copying the class by value.
+loaded = SimpleNamespace()
+
+
+def _reduce_loaded(cls):
+    return load, (str(cls.header), cls.name)
+
+
+copyreg.pickle(_LoadedEnvClass, _reduce_loaded)
+
+
+def load(header: str | os.PathLike[str], name: str | None = None, **attributes: Any) -> type:
+    """Builds the C env `header` at run time and registers it as env `name` (default:
+    the header's stem) for this process: `peregrine.make(name)`, the vector backends,
+    `peregrine train` in Python, `check_env` and the GPU batch (its header) then take it
+    like a built-in env. Returns its NativeEnv class.
+
+    The build is cached by the hash of the source (envs/sdk.py), so loading an
+    unchanged header again imports it, and an edited one is rebuilt: re-running a
+    notebook cell gives the new env. A compiler error is a NativeBuildError holding the
+    compiler's `file:line: message` lines; no compiler, one line saying so.
+    `attributes` become class attributes (e.g. observation_bounds, renderer)."""
+    from . import sdk
+    from .native.batch import NativeEnv
+    header = Path(header).resolve()
+    name = sdk.check_name(name or header.stem)
+    module, _built = sdk.build_module(header, name)
+    known = _LOADED.get(name)
+    if known is not None and known.native_module is module and not attributes:
+        return known      # the same build: the same class (pickles and `is` agree)
+    class_name = "".join(part.title() for part in name.split("_"))
+    cls = _LoadedEnvClass(
+        class_name, (NativeEnv,),
+        {"name": name, "native_module": module, "header": header,
+         "__module__": __name__, "__qualname__": f"loaded.{class_name}",
+         "__doc__": f"The C env {header.name}, built at run time.", **attributes})
+    setattr(loaded, class_name, cls)
+    register(name, cls, replace=True)
+    if "gymnasium" in sys.modules:
+        register_gymnasium_envs()
+    return cls
 
 
 def env_class(name: str) -> type[NativeEnv]:
+    if name in _LOADED:
+        return _LOADED[name]
     if name not in ENVS:
         raise ValueError(f"unknown env {name!r}; available: {sorted(ENVS)}")
     module_name, class_name = ENVS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as error:
+        raise ValueError(f"env {name!r} ({ENVS.entry(name).source}) could not be imported "
+                         f"from {ENVS[name]}: {error}") from None
+    if getattr(cls, "name", name) != name:
+        raise ValueError(f"env {name!r} ({ENVS.entry(name).source}) points to {ENVS[name]}, "
+                         f"whose name is {getattr(cls, 'name', None)!r}")
+    return cls
 
 
 @overload
@@ -119,22 +272,23 @@ def register_gymnasium_envs() -> None:
     unless `max_steps` is given, so `max_episode_steps=k` means k steps, as for
     Gymnasium's envs), and make_vec passes the limit to the batch's max_steps.
     """
-    from gymnasium.envs.registration import register, registry
+    from gymnasium.envs.registration import register as register_id, registry
 
-    for name, gymnasium_id in GYMNASIUM_IDS.items():
+    for name in ENVS:
+        entry = ENVS.entry(name)
+        gymnasium_id = entry.gymnasium_id or name
         env_id = f"{GYMNASIUM_NAMESPACE}/{gymnasium_id}"
         if env_id in registry:
             continue
-        original = registry.get(gymnasium_id)
+        original = registry.get(gymnasium_id) if entry.gymnasium_id else None
         kwargs: dict[str, Any] = {"name": name}
-        if name in GYMNASIUM_STEP_LIMITS:
+        if entry.step_limit is not None:
             kwargs["max_steps"] = None   # the TimeLimit's (single env) or max_episode_steps (vector)
-        register(id=env_id,
-                 entry_point="peregrine.vector.export:GymnasiumEnv",
-                 vector_entry_point="peregrine.vector.export:gymnasium_vector_env",
-                 reward_threshold=original.reward_threshold if original else None,
-                 max_episode_steps=GYMNASIUM_STEP_LIMITS.get(name),
-                 kwargs=kwargs)
+        register_id(id=env_id,
+                    entry_point="peregrine.vector.export:GymnasiumEnv",
+                    vector_entry_point="peregrine.vector.export:gymnasium_vector_env",
+                    reward_threshold=original.reward_threshold if original else None,
+                    max_episode_steps=entry.step_limit, kwargs=kwargs)
 
 
 class _RegisterAfterImport:

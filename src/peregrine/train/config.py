@@ -189,7 +189,17 @@ class Config:
 # ---- loading ----------------------------------------------------------------
 
 def shipped_config_path(env_name: str) -> Path:
-    return CONFIG_DIR / f"{env_name}.toml"
+    """The env's shipped training config: the built-in file, else a plugin env's own
+    (its class's `train_config`, a file the plugin ships)."""
+    path = CONFIG_DIR / f"{env_name}.toml"
+    if path.is_file():
+        return path
+    from ..envs.registry import ENVS, env_class
+    if env_name in ENVS:
+        shipped = getattr(env_class(env_name), "train_config", None)
+        if shipped is not None:
+            return Path(shipped)
+    return path
 
 
 def shipped_configs() -> list[str]:

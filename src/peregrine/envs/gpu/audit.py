@@ -149,11 +149,11 @@ def _env_members(name: str) -> tuple[dict[int, dict], list[tuple[str, dict | Non
     readelf = shutil.which("readelf")
     if readelf is None:
         raise LayoutToolMissing("readelf (binutils) is not installed")
-    compiler = host_compiler()
+    cc = host_compiler()
     with tempfile.TemporaryDirectory(prefix="pg-layout-") as scratch:
         source, objfile = Path(scratch) / "probe.c", Path(scratch) / "probe.o"
-        source.write_text(f'#include "{name}.h"\nEnv {LAYOUT_SYMBOL};\n')
-        _run([compiler, *HOST_LAYOUT_FLAGS, "-g", "-w", "-c", *_host_include_flags(name),
+        source.write_text(f'{compiler.header_include(name)}\nEnv {LAYOUT_SYMBOL};\n')
+        _run([cc, *HOST_LAYOUT_FLAGS, "-g", "-w", "-c", *_host_include_flags(name),
               str(source), "-o", str(objfile)], f"compiling the {name} header with debug info")
         text = _run([readelf, "--debug-dump=info", str(objfile)], "readelf")
     entries = _parse_dwarf(text)
@@ -234,10 +234,10 @@ def _initializer(rows) -> str:
 
 def host_layout(name: str, rows) -> list[int]:
     """The expressions' values as the host C compiler lays the struct out."""
-    compiler = host_compiler()
+    cc = host_compiler()
     with tempfile.TemporaryDirectory(prefix="pg-layout-") as scratch:
         source, program = Path(scratch) / "layout.c", Path(scratch) / "layout"
-        source.write_text(f'#include "{name}.h"\n' + _HOST_OFFSETOF +
+        source.write_text(f'{compiler.header_include(name)}\n' + _HOST_OFFSETOF +
                           f"static const unsigned long long pg_layout[] = {{\n    "
                           f"{_initializer(rows)}\n}};\n"
                           "int main(void) {\n"
@@ -245,7 +245,7 @@ def host_layout(name: str, rows) -> list[int]:
                           "i++)\n"
                           '        printf("%llu\\n", pg_layout[i]);\n'
                           "    return 0;\n}\n")
-        _run([compiler, *HOST_LAYOUT_FLAGS, "-w", *_host_include_flags(name), str(source),
+        _run([cc, *HOST_LAYOUT_FLAGS, "-w", *_host_include_flags(name), str(source),
               "-o", str(program), "-lm"], f"compiling the {name} layout program")
         output = _run([str(program)], f"running the {name} layout program")
     return [int(line) for line in output.split()]

@@ -136,7 +136,7 @@ class _CudaKernels:
         device = buffers["observations"].device
         self.device = device
         major, minor = torch.cuda.get_device_capability(device)
-        code = gpu.cached_cubin(host.name, f"sm_{major}{minor}")
+        code = gpu.cached_cubin(type(host).gpu_source(), f"sm_{major}{minor}")
         with torch.cuda.device(device):
             torch.cuda.current_stream(device)       # makes torch's (primary) context current
             gpu._check(driver.cuInit(0), "cuInit")

@@ -62,12 +62,24 @@ def nvrtc_version() -> tuple[int, int]:
     return tuple(_check(_nvrtc().nvrtcVersion(), "nvrtcVersion"))
 
 
-def header_path(name: str) -> Path:
-    """The env's header: src/peregrine/envs/NAME/NAME.h."""
-    path = ENVS_DIR / name / f"{name}.h"
-    if not path.exists():
-        raise ValueError(f"no C header for env {name!r} at {path.name}")
+def header_path(env) -> Path:
+    """The header of `env`: a built-in env's name (src/peregrine/envs/NAME/NAME.h) or
+    the path of any env header (a plugin's, or one built by peregrine.envs.load: a
+    NativeEnv class's `gpu_source()` gives one or the other)."""
+    path = Path(env) if isinstance(env, os.PathLike) else ENVS_DIR / env / f"{env}.h"
+    if not path.is_file():
+        raise ValueError(f"no C header for env {str(env)!r} at {path}")
     return path
+
+
+def header_include(env) -> str:
+    """The #include line of `env`'s header (its folder is on the include path)."""
+    return f'#include "{header_path(env).name}"'
+
+
+def label(env) -> str:
+    """A short name of `env` for file names and messages: the header's stem."""
+    return header_path(env).stem
 
 
 def header_names() -> list[str]:
@@ -78,13 +90,13 @@ def header_names() -> list[str]:
 
 def kernel_source(name: str) -> str:
     """The whole GPU translation unit: the env header, then the kernels."""
-    return f'#include "{name}.h"\n#include "pg_gpu.h"\n'
+    return f'{header_include(name)}\n#include "pg_gpu.h"\n'
 
 
 def _include_dirs(name: str) -> list[Path]:
     # Like setup.py: the env's own folder, the shared native folder, and the envs
     # folder for headers one env borrows from another ("../mountain_car/...").
-    return [ENVS_DIR / name, NATIVE_DIR, ENVS_DIR]
+    return [header_path(name).parent, NATIVE_DIR, ENVS_DIR]
 
 
 def source_digest(name: str, arch: str) -> str:
@@ -93,8 +105,8 @@ def source_digest(name: str, arch: str) -> str:
     digest.update(kernel_source(name).encode())
     digest.update(" ".join((arch, *OPTIONS)).encode())
     digest.update(repr(nvrtc_version()).encode())
-    for header in sorted(ENVS_DIR.rglob("*.h")):
-        digest.update(header.relative_to(ENVS_DIR).as_posix().encode())
+    for header in sorted({*ENVS_DIR.rglob("*.h"), *header_path(name).parent.glob("*.h")}):
+        digest.update(header.as_posix().encode())
         digest.update(header.read_bytes())
     return digest.hexdigest()[:20]
 
@@ -117,7 +129,7 @@ def compile_source(name: str, source: str, target: str = "ptx", arch: str = CHEC
         raise ValueError(f"target must be 'ptx' or 'cubin', got {target!r}")
     header_path(name)
     nvrtc = _nvrtc()
-    program = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{name}_gpu.cu".encode(), 0,
+    program = _check(nvrtc.nvrtcCreateProgram(source.encode(), f"{label(name)}_gpu.cu".encode(), 0,
                                               [], []),
                      "nvrtcCreateProgram")
     try:
@@ -132,7 +144,7 @@ def compile_source(name: str, source: str, target: str = "ptx", arch: str = CHEC
         _check(nvrtc.nvrtcGetProgramLog(program, log), "nvrtcGetProgramLog")
         log_text = bytes(log).rstrip(b"\x00 ").decode(errors="replace").strip()
         if int(status) != 0:
-            raise GpuCompileError(f"NVRTC could not compile the {name} header for the GPU "
+            raise GpuCompileError(f"NVRTC could not compile the {label(name)} header for the GPU "
                                   f"({arch}):\n{log_text}")
         if target == "ptx":
             size = _check(nvrtc.nvrtcGetPTXSize(program), "nvrtcGetPTXSize")
@@ -193,7 +205,7 @@ def cache_dir() -> Path:
 
 def cached_cubin(name: str, arch: str) -> bytes:
     """compile_env(name, "cubin", arch), from the cache when it was built before."""
-    path = cache_dir() / f"{name}-{arch}-{source_digest(name, arch)}.cubin"
+    path = cache_dir() / f"{label(name)}-{arch}-{source_digest(name, arch)}.cubin"
     if path.exists():
         return path.read_bytes()
     code = compile_env(name, "cubin", arch)
@@ -205,14 +217,16 @@ def cached_cubin(name: str, arch: str) -> bytes:
 
 
 def check_all(names) -> dict[str, str | None]:
-    """Compiles the named native envs to PTX: {name: None | error}.
+    """Compiles the named native envs to PTX: {name: None | error}. `names` is a list of
+    built-in names or a dict {name: header path or name}.
 
     The caller names the envs (`peregrine envs --gpu-check` passes the
     registry's list): the compiler sits below the registry and never asks it."""
+    sources = names if isinstance(names, dict) else {name: name for name in names}
     results = {}
-    for name in names:
+    for name, source in sources.items():
         try:
-            compile_env(name, "ptx")
+            compile_env(source, "ptx")
             results[name] = None
         except GpuCompileError as error:
             results[name] = str(error)

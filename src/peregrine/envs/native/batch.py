@@ -36,6 +36,7 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from types import ModuleType
 from typing import Any, ClassVar
 
@@ -226,6 +227,15 @@ class NativeEnv:
     name: ClassVar[str] = ""
     native_module: ClassVar[ModuleType]
     presets: ClassVar[dict[str, dict[str, Any]]] = {"default": {}}
+    # The env's C header, which the GPU batch compiles: set by a plugin or by
+    # peregrine.envs.load; None for a built-in env (envs/NAME/NAME.h, by name).
+    header: ClassVar[Path | None] = None
+
+    @classmethod
+    def gpu_source(cls) -> Path | str:
+        """What the GPU compiler builds (envs/gpu/compiler.py header_path): the
+        header's path, or a built-in env's name."""
+        return Path(cls.header) if cls.header is not None else cls.name
 
     def __init__(self, num_envs: int = 1, seed: int | None = None, num_threads: int = 1,
                  buffers: dict[str, np.ndarray] | None = None, preset: str = "default",

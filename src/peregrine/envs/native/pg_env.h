@@ -125,6 +125,11 @@ typedef unsigned long long uint64_t;
  * nothing; write it at file scope, without a semicolon. */
 #define PG_GPU_STACK(max_bytes, why)
 
+/* Config fields by name: after ENV_CONFIG, `enum { ENV_CONFIG(PG_CONFIG_INDEX) };`
+ * gives CFG_<field> = the field's index in env_init's `config` array, so a header
+ * reads config[CFG_max_steps] and every field is written once, in ENV_CONFIG. */
+#define PG_CONFIG_INDEX(name, default_value, min_value, max_value, is_integer) CFG_##name,
+
 #define PG_ACTION_DISCRETE 0      /* int32 [rows]            */
 #define PG_ACTION_MULTIDISCRETE 1 /* int32 [rows, action_dim] */
 #define PG_ACTION_CONTINUOUS 2    /* float32 [rows, action_dim] */
