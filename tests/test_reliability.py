@@ -221,6 +221,66 @@ def test_resume_of_a_run_whose_checkpoint_counts_backwards_is_refused(tmp_path, 
     assert "updates = -3" in capsys.readouterr().err
 
 
+# ---- case 6: config values keep TOML's types -----------------------------------------------------
+
+def _config_file(tmp_path, text, encoding="utf-8"):
+    path = tmp_path / "my.toml"
+    path.write_bytes(text.encode(encoding))
+    return path
+
+
+@pytest.mark.parametrize("section, line, key", [
+    ("vec", 'num_envs = "1e3"', "vec.num_envs"),
+    ("train", 'anneal_lr = "off"', "train.anneal_lr"),
+    ("train", "anneal_lr = 1", "train.anneal_lr"),
+    ("train", 'learning_rate = "3e-4"', "train.learning_rate"),
+    ("env", 'gravity = "9.8"', "env.gravity")])
+def test_a_toml_value_of_another_type_is_refused_naming_the_key_and_file(tmp_path, section,
+                                                                          line, key):
+    path = _config_file(tmp_path, f"[{section}]\n{line}\n")
+    with pytest.raises(ValueError) as error:
+        load_config("cartpole", config_file=path)
+    assert key in str(error.value) and "my.toml" in str(error.value), str(error.value)
+
+
+def test_toml_values_of_the_right_type_are_taken():
+    config = load_config("cartpole", overrides=[])
+    assert config.train.anneal_lr in (True, False)
+
+
+def test_an_emulated_envs_toml_string_stays_a_string(tmp_path):
+    path = _config_file(tmp_path, '[env]\nname = "gym:CartPole-v1"\nmax_episode_steps = "100"\n')
+    config = load_config(config_file=path)
+    assert config.env["max_episode_steps"] == "100"
+
+
+@pytest.mark.parametrize("tokens, key, expected", [
+    (["--vec.num-envs", "64"], ("vec", "num_envs"), 64),
+    (["--vec.num-envs", "1_024"], ("vec", "num_envs"), 1024),
+    (["--train.total-steps", "1e9"], ("train", "total_steps"), 10**9),
+    (["--train.learning-rate", "3e-4"], ("train", "learning_rate"), 3e-4),
+    (["--train.anneal-lr", "false"], ("train", "anneal_lr"), False),
+    (["--train.run-dir", "2024"], ("train", "run_dir"), "2024"),
+    (["--policy.activation", "relu"], ("policy", "activation"), "relu"),
+    (["--vec.num-workers", "auto"], ("vec", "num_workers"), 1)])
+def test_command_line_tokens_are_read_as_toml_literals(tokens, key, expected):
+    config = load_config("cartpole", overrides=tokens)
+    assert getattr(getattr(config, key[0]), key[1]) == expected
+
+
+@pytest.mark.parametrize("value", ["off", "yes", "1", "True"])
+def test_command_line_bools_are_tomls_true_and_false(value):
+    with pytest.raises(ValueError, match=rf"train.anneal_lr must be true or false, got '{value}'"):
+        load_config("cartpole", overrides=["--train.anneal-lr", value])
+
+
+def test_a_config_file_that_is_not_utf8_is_named(tmp_path):
+    path = _config_file(tmp_path, '[train]\n# r\u00e9glages\nhorizon = 32\n', "latin-1")
+    with pytest.raises(ValueError) as error:
+        load_config("cartpole", config_file=path)
+    assert "my.toml" in str(error.value) and "UTF-8" in str(error.value), str(error.value)
+
+
 # ---- case 7: messages that say what happened ---------------------------------------------------
 
 def test_a_flipped_bit_in_the_length_field_is_not_called_truncation(tmp_path, payload):

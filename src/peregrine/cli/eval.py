@@ -61,7 +61,7 @@ def world_overrides(args) -> tuple[str | None, dict]:
         name = name.replace("-", "_")
         if name == "name":
             raise ValueError("--env.name cannot be overridden; the env is the ENV argument")
-        value = convert_env_value(args.env, name, value)
+        value = convert_env_value(args.env, name, value, text=True)   # command-line text
         if name == "preset":
             preset = value
         else:

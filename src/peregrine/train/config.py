@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
 import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Sequence
+
+import numpy as np
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -234,6 +237,11 @@ def read_toml(path: str | os.PathLike[str]) -> dict:
             return tomllib.load(handle)
     except tomllib.TOMLDecodeError as error:
         raise ValueError(f"config file {str(path)!r} is not valid TOML: {error}") from None
+    except UnicodeDecodeError as error:     # tomllib decodes the bytes as UTF-8
+        line = path.read_bytes()[:error.start].count(b"\n") + 1
+        raise ValueError(f"config file {str(path)!r} is not UTF-8 text (TOML files are): byte "
+                         f"0x{error.object[error.start]:02x} on line {line}; save it as "
+                         f"UTF-8") from None
 
 
 def load_config(env_name: str | None = None, config_file: str | os.PathLike[str] | None = None,
@@ -241,10 +249,16 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
                 base: dict | None = None) -> Config:
     """Resolves a Config: defaults, shipped env file, user file, overrides.
 
-    `overrides` is a sequence of ("section.key", value) pairs (values may be
-    strings, converted by the key's type) or a list of command-line tokens
-    (see `parse_override_tokens`). `base` (a dict as written by `to_dict`)
-    replaces the defaults + shipped file, for resuming a run.
+    `overrides` is a sequence of ("section.key", value) pairs or a list of
+    command-line tokens (see `parse_override_tokens`); a string value there is
+    command-line text, read as the TOML literal it spells (64, 3e-4, true,
+    [1, 2]; a bare word stays text), and taken as it is for a string key. `base`
+    (a dict as written by `to_dict`) replaces the defaults + shipped file, for
+    resuming a run.
+
+    Values from TOML files keep TOML's types: no conversion beyond an int where a
+    float is expected and a whole float (1e6) where an int is; "1e3" for an int
+    key or "off" for a bool is refused naming the key and the file.
     """
     factory = None
     if callable(env_name):
@@ -254,11 +268,11 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         env_name = path or f"python:{getattr(factory, '__qualname__', type(factory).__name__)}"
         if path is not None:
             factory = None      # the import path is the whole truth, as from TOML
-    layers: list[dict] = []
+    layers: list[tuple[dict, Path | None]] = []     # (values, the file they came from)
     if base is not None:
-        layers.append(base)
-    user = read_toml(resolve_config_file(env_name, config_file)) \
-        if config_file is not None else {}
+        layers.append((base, None))
+    user_path = resolve_config_file(env_name, config_file) if config_file is not None else None
+    user = read_toml(user_path) if user_path is not None else {}
     if env_name is None:
         env_name = (user.get("env", {}) or {}).get("name") or (base or {}).get("env", {}).get("name")
     if env_name is None:
@@ -267,15 +281,20 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
     if base is None:
         shipped = shipped_config_path(env_name)
         if shipped.is_file():
-            layers.append(read_toml(shipped))
-    layers.append(user)
+            layers.append((read_toml(shipped), shipped))
+    layers.append((user, user_path))
     config = Config(env={"name": env_name}, env_factory=factory)
-    for layer in layers:
-        apply_dict(config, layer)
+    for layer, source in layers:
+        try:
+            apply_dict(config, layer)
+        except ValueError as error:
+            if source is None:
+                raise
+            raise ValueError(f"config file {str(source)!r}: {error}") from None
     if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
         overrides = parse_override_tokens(overrides)
     for key, value in overrides:
-        set_key(config, key, value)
+        set_key(config, key, value, text=True)
     if config.env.get("name") != env_name:
         raise ValueError(f"env.name is {config.env.get('name')!r} but the env given is {env_name!r}")
     if factory is None:
@@ -297,15 +316,17 @@ def apply_dict(config: Config, data: dict) -> None:
             set_key(config, f"{section}.{key}", value)
 
 
-def set_key(config: Config, dotted: str, value: Any) -> None:
-    """Sets `section.key` (dashes allowed in key) converting `value` to the key's type."""
+def set_key(config: Config, dotted: str, value: Any, text: bool = False) -> None:
+    """Sets `section.key` (dashes allowed in key) to `value`, a value of the key's
+    type (see `convert`). With `text`, a string `value` is command-line text: read
+    as the TOML literal it spells, except for a string key (taken as it is)."""
     section, _, key = dotted.partition(".")
     key = key.replace("-", "_")
     if section not in ("env", *SECTIONS) or not key:
         raise ValueError(f"config key {dotted!r} must look like SECTION.KEY with SECTION one of "
                          f"{['env', *SECTIONS]}")
     if section == "env":
-        config.env[key] = convert_env_value(config.env.get("name"), key, value)
+        config.env[key] = convert_env_value(config.env.get("name"), key, value, text=text)
         return
     target = getattr(config, section)
     names = {f.name: f for f in dataclasses.fields(target)}
@@ -313,53 +334,66 @@ def set_key(config: Config, dotted: str, value: Any) -> None:
         raise ValueError(f"unknown config key {section}.{key}; valid keys in [{section}]: "
                          f"{sorted(names)}")
     default = getattr(type(target)(), key)
+    shown = value
     if (section, key) == ("vec", "num_workers"):
         # "auto" (resolved by validate() for the backend) or a count
-        target.num_workers = "auto" if value == "auto" else convert(dotted, value, int)
+        value = _from_text(value, int) if text else value
+        target.num_workers = "auto" if value == "auto" else convert(dotted, value, int, shown)
         return
     if (section, key) == ("policy", "action_mask") and isinstance(value, bool):
         value = "auto" if value else "false"   # TOML `action_mask = false`
-    converted = convert(f"{section}.{key}", value, type(default))
+    kind = type(default)
+    converted = convert(f"{section}.{key}", _from_text(value, kind) if text else value, kind,
+                        shown)
     choices = CHOICES.get((section, key))
     if choices is not None and converted not in choices:
         raise ValueError(f"{section}.{key} = {converted!r} is not one of {list(choices)}")
     setattr(target, key, converted)
 
 
-def convert(name: str, value: Any, kind: type) -> Any:
-    """Converts a TOML or command-line value to bool/int/float/str, naming `name` on failure."""
+def _from_text(value: Any, kind: type) -> Any:
+    """A command-line value for a key of type `kind`: text is read as the TOML
+    literal it spells (64, 1e6, 3e-4, true), except for a string key."""
+    if isinstance(value, str) and kind is not str:
+        return _toml_literal(value)
+    return value
+
+
+def _quoted_hint(value: Any) -> str:
+    return " (a string: write the value without quotes)" if isinstance(value, str) else ""
+
+
+def convert(name: str, value: Any, kind: type, shown: Any = None) -> Any:
+    """`value` (a TOML value, or command-line text already read as one) as the
+    key's type bool/int/float/str; ValueError naming `name` (and showing `shown`,
+    what the user wrote, when given) otherwise. TOML's types are kept: bools are
+    true/false only, a string is never read as a number, an int is accepted for a
+    float key and a whole float (1e6, as TOML spells large counts) for an int key."""
+    shown = value if shown is None else shown
     if kind is bool:
-        if isinstance(value, bool):
-            return value
-        if isinstance(value, str) and value.lower() in ("true", "yes", "on", "1"):
-            return True
-        if isinstance(value, str) and value.lower() in ("false", "no", "off", "0"):
-            return False
-        raise ValueError(f"{name} must be true or false, got {value!r}")
+        if isinstance(value, (bool, np.bool_)):
+            return bool(value)
+        raise ValueError(f"{name} must be true or false, got {shown!r}")
     if kind is int:
-        if isinstance(value, bool):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
-        if isinstance(value, int):
-            return value
-        try:
-            number = float(value)  # accepts "1e5" and "100_000"
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be an integer, got {value!r}") from None
+        if isinstance(value, (bool, np.bool_)):
+            raise ValueError(f"{name} must be an integer, got {shown!r}")
+        if isinstance(value, numbers.Integral):
+            return int(value)
+        if not isinstance(value, numbers.Real):
+            raise ValueError(f"{name} must be an integer, got {shown!r}{_quoted_hint(value)}")
+        number = float(value)
         if not math.isfinite(number) or number != int(number):
-            raise ValueError(f"{name} must be an integer, got {value!r}")
+            raise ValueError(f"{name} must be an integer, got {shown!r}")
         return int(number)
     if kind is float:
-        if isinstance(value, bool):
-            raise ValueError(f"{name} must be a number, got {value!r}")
-        try:
-            number = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"{name} must be a number, got {value!r}") from None
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise ValueError(f"{name} must be a number, got {shown!r}{_quoted_hint(value)}")
+        number = float(value)
         if not math.isfinite(number):
-            raise ValueError(f"{name} must be finite, got {value!r}")
+            raise ValueError(f"{name} must be finite, got {shown!r}")
         return number
     if not isinstance(value, str):
-        raise ValueError(f"{name} must be a string, got {value!r}")
+        raise ValueError(f"{name} must be a string, got {shown!r}")
     return value
 
 
@@ -374,7 +408,9 @@ def env_config_fields(env_name: str | None) -> list[tuple] | None:
     return cls.config_fields() if hasattr(cls, "config_fields") else None
 
 
-def convert_env_value(env_name: str | None, key: str, value: Any) -> Any:
+def convert_env_value(env_name: str | None, key: str, value: Any, text: bool = False) -> Any:
+    """An [env] value: TOML-typed, or command-line text (`text`) read as a TOML
+    literal. An emulated env's values are its make's keywords, passed as they are."""
     if key == "name":
         return convert("env.name", value, str)
     if key == "preset":
@@ -383,15 +419,15 @@ def convert_env_value(env_name: str | None, key: str, value: Any) -> Any:
     if fields is None:  # an emulated env: its make's keywords, as TOML values
         if key == "wrappers":
             from ..vector.sources import check_wrappers
-            return check_wrappers(_toml_literal(value) if isinstance(value, str) else value)
-        if isinstance(value, str):
-            return _toml_literal(value)
-        return value
+            return check_wrappers(_toml_literal(value) if text and isinstance(value, str)
+                                  else value)
+        return _from_text(value, object) if text else value
     by_name = {f[0]: f for f in fields}
     if key not in by_name:
         raise ValueError(f"unknown config key env.{key} for {env_name}; valid keys in [env]: "
                          f"{['name', 'preset', *by_name]}")
-    return convert(f"env.{key}", value, int if by_name[key][4] else float)
+    kind = int if by_name[key][4] else float
+    return convert(f"env.{key}", _from_text(value, kind) if text else value, kind, value)
 
 
 def _toml_literal(text: str) -> Any:
