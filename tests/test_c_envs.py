@@ -176,6 +176,13 @@ def test_the_scaffold_installs_as_a_plugin_checks_and_trains(tmp_path, multi_age
         evaluated = json.loads(_run(python, "-m", "peregrine.cli", "eval", "--policy",
                                     str(run), "--episodes", "8", "--json", cwd=tmp_path).stdout)
         assert evaluated["env"] == name
+        if multi_agent:     # the multi-agent template ships a renderer
+            out = tmp_path / "episode.gif"
+            _run(python, "-m", "peregrine.cli", "render", "--policy", str(run), "--out",
+                 str(out), cwd=tmp_path)
+            from PIL import Image
+            with Image.open(out) as gif:
+                assert gif.n_frames >= 2
     finally:
         _run(python, "-m", "pip", "uninstall", "--quiet", "-y", name, cwd=tmp_path,
              check=False)

@@ -170,9 +170,19 @@ def test_render_full_episode_ends_with_a_summary_frame(tmp_path):
     assert result["frames"] == 2 + (result["steps"] - 1) // 4
 
 
+def test_a_native_env_without_render_episode_is_drawn_frame_by_frame(tmp_path, capsys):
+    """CartPole's renderer has only rgb_frame: the command draws its frames itself."""
+    out = tmp_path / "cartpole.gif"
+    assert main(["render", "cartpole", "--out", str(out), "--every", "5"]) == 0
+    from PIL import Image
+    with Image.open(out) as gif:
+        assert gif.n_frames >= 2 and gif.size == (600, 400)
+    assert "episode_length" in capsys.readouterr().out
+
+
 def test_render_errors_are_clean(tmp_path, capsys):
-    assert main(["render", "cartpole", "--out", str(tmp_path / "x.gif")]) == 2
-    assert "no renderer" in capsys.readouterr().err
+    assert main(["render", "gym:NoSuchEnv-v0", "--out", str(tmp_path / "x.gif")]) == 2
+    assert "NoSuchEnv" in capsys.readouterr().err
     assert main(["render", "drone_swarm", "--policy", "spiral", "--out", str(tmp_path / "x.gif")]) == 2
     assert "spiral" in capsys.readouterr().err
 

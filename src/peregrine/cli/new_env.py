@@ -6,6 +6,7 @@ Writes DIR/NAME (default ./NAME), outside Peregrine, with every file an env need
     NAME/__init__.py     its NativeEnv class (header, shipped training config)
     NAME/reference.py    the same rules in NumPy, bit for bit
     NAME/train.toml      the config `peregrine train NAME` starts from
+    NAME/render.py       (--multi-agent) its frames, for `peregrine render NAME`
     tests/test_NAME.py   check_env and C/NumPy parity
     pyproject.toml       a package whose entry point registers the env with Peregrine
     setup.py             builds the header with peregrine.envs.sdk.extension
@@ -30,6 +31,10 @@ FILES = {
     "pyproject.toml": "pyproject.toml.tmpl",
     "setup.py": "setup.py.tmpl",
 }
+# files of one kind only
+KIND_FILES = {"multi": {"{name}/render.py": "multi_render.py.tmpl"}}
+RENDERER_LINE = ('    renderer = "{name}.render"        # rgb_frame: `peregrine render {name}` '
+                 'draws with it\n')
 
 
 def add_arguments(parser) -> None:
@@ -50,10 +55,12 @@ def write(name: str, directory, multi_agent: bool = False) -> Path:
     root = Path(directory) / name
     if root.exists() and any(root.iterdir()):
         raise ValueError(f"{root} exists and is not empty; choose another --dir or name")
-    words = {"{{name}}": name, "{{NAME}}": name.upper(),
-             "{{Class}}": "".join(part.title() for part in name.split("_"))}
     kind = "multi" if multi_agent else "single"
-    for target, template in FILES.items():
+    extra = KIND_FILES.get(kind, {})
+    words = {"{{renderer}}": RENDERER_LINE.format(name=name) if extra else "",
+             "{{name}}": name, "{{NAME}}": name.upper(),
+             "{{Class}}": "".join(part.title() for part in name.split("_"))}
+    for target, template in {**FILES, **extra}.items():
         text = (TEMPLATES / template.format(kind=kind)).read_text()
         for word, value in words.items():
             text = text.replace(word, value)

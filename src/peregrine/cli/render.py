@@ -2,8 +2,11 @@
 
 The policy and the world are resolved as in `peregrine eval` (a scripted
 policy name or a checkpoint path; a checkpoint's own env config unless
-`--preset` is given; `--env.KEY VALUE` overrides). Each env with a renderer
-lists its module in the registry's RENDERERS.
+`--preset` is given; `--env.KEY VALUE` overrides). A native env draws with its
+renderer module (the registry's, or a plugin class's `renderer`): its own
+`render_episode` where it has one (DroneSwarm's annotated episodes), else the
+frames of `rgb_frame(env, instance, size)`. An emulated env draws itself
+(render_mode "rgb_array").
 """
 from __future__ import annotations
 
@@ -11,17 +14,13 @@ import importlib
 
 from .eval import add_world_arguments, world_overrides
 
-RENDERERS = {
-    "drone_swarm": "peregrine.envs.drone_swarm.render",
-}
-
 
 def add_arguments(parser):
     parser.add_argument("env", nargs="?", default=None,
-                        help=f"environment to render: {', '.join(sorted(RENDERERS))}, or an "
-                             f"emulated env that draws itself (gym:ID, pettingzoo:MODULE, "
-                             f"module:function, with render_mode='rgb_array'); omit it with a "
-                             f"checkpoint to use the env it was trained on")
+                        help="environment to render: a native env with a renderer, or an "
+                             "emulated env that draws itself (gym:ID, pettingzoo:MODULE, "
+                             "module:function, with render_mode='rgb_array'); omit it with a "
+                             "checkpoint to use the env it was trained on")
     parser.add_argument("--policy", default="random",
                         help="scripted policy name or checkpoint path (as for `peregrine eval`)")
     parser.add_argument("--out", required=True, help="output GIF path")
@@ -51,12 +50,14 @@ def run(args) -> int:
     if not is_native_name(args.env):
         kind_of(args.env)
         return _run_emulated(args)
-    if args.env not in RENDERERS:
-        raise ValueError(f"no renderer for env {args.env!r}; renderable envs: {sorted(RENDERERS)}")
+    from ..envs.registry import ENVS, make, renderer as renderer_of
+    module = renderer_of(args.env)
+    if module is None:
+        drawn = sorted(name for name in ENVS if renderer_of(name) is not None)
+        raise ValueError(f"no renderer for env {args.env!r}; renderable envs: {drawn}")
     from ..evaluate import eval_world
     from ..policies import make_policy
-    from ..envs.registry import make
-    renderer = importlib.import_module(RENDERERS[args.env])
+    renderer = importlib.import_module(module)
     preset, fields = world_overrides(args)
     world = eval_world(args.env, args.policy, preset, fields)
     print(f"{args.env}, policy {args.policy}, world: {world['description']}")
@@ -64,12 +65,46 @@ def run(args) -> int:
     try:
         policy = make_policy(args.env, args.policy, env, seed=args.seed,
                              check_world=not world["explicit"])
+        if not hasattr(renderer, "render_episode"):
+            return _frames_of_native(env, policy, renderer, args)
         result = renderer.render_episode(env, policy, args.out, max_steps=args.steps,
                                          every=args.every, size=args.size, frame_ms=args.frame_ms)
     finally:
         env.close()
     print(f"wrote {result['path']}: {result['frames']} frames, {result['steps']} steps, "
           f"delivered {result['delivered']}")
+    return 0
+
+
+def _frames_of_native(env, policy, renderer, args) -> int:
+    """One episode of instance 0 drawn by the renderer's rgb_frame(env, 0, size)."""
+    import numpy as np
+    import inspect
+    sized = "size" in inspect.signature(renderer.rgb_frame).parameters
+
+    def frame():
+        return renderer.rgb_frame(env, 0, size=args.size) if sized else renderer.rgb_frame(env, 0)
+    observations, _ = env.reset(seed=args.seed)
+    env.episode_stats(clear=True)
+    frames, steps = [frame()], 0
+    observe_done = getattr(policy, "observe_done", None)
+    limit = args.steps or int(env.config.get("max_steps", 100_000))
+    while steps < limit:
+        actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
+        observations, _, terminals, truncations, _ = env.step(
+            actions.reshape(env.action_space.shape))
+        steps += 1
+        if observe_done is not None:
+            observe_done(terminals, truncations)
+        if (terminals | truncations).any():
+            break       # the instance has reset already: its last frame is the one before
+        if steps % args.every == 0:
+            frames.append(frame())
+    stats = env.episode_stats(clear=True)
+    write_gif(frames, args.out, args.frame_ms)
+    ended = ", ".join(f"{name} {value:.2f}" for name, value in stats.mean.items()) \
+        if stats.count else "episode not finished"
+    print(f"wrote {args.out}: {len(frames)} frames, {steps} steps, {ended}")
     return 0
 
 
