@@ -19,6 +19,10 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import shutil
+import subprocess
+import sys
+import textwrap
 from pathlib import Path
 
 import gymnasium as gym
@@ -45,6 +49,89 @@ def payload():
     state = trainer.state_dict()
     trainer.close()
     return state
+
+
+# ---- case 1: a /dev/shm too small for the shared buffers ---------------------------------------
+
+BIG_ENV = textwrap.dedent("""
+    import gymnasium as gym
+    import numpy as np
+
+    class Big(gym.Env):
+        \"\"\"16 KiB observations that end every step (final_observations written too).\"\"\"
+        observation_space = gym.spaces.Box(-1, 1, (4096,), np.float32)
+        action_space = gym.spaces.Discrete(2)
+
+        def reset(self, seed=None, options=None):
+            return np.zeros(4096, np.float32), {}
+
+        def step(self, action):
+            return np.ones(4096, np.float32), 0.0, True, False, {}
+
+    def make():
+        return Big()
+""")
+SMALL_SHM = "mount -t tmpfs -o size=64m tmpfs /dev/shm"
+HOW_TO_RUN = ("sudo unshare -m --propagation private sh -c 'mount -t tmpfs -o size=64m tmpfs "
+              "/dev/shm && python -m pytest tests/test_reliability.py -k small_dev_shm'")
+
+
+def _private_small_shm_or_skip():
+    if shutil.which("unshare") is None:
+        pytest.skip(f"needs unshare(1) for a private mount namespace; run: {HOW_TO_RUN}")
+    probe = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", SMALL_SHM],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        pytest.skip(f"cannot make a private mount namespace here ({probe.stderr.strip()}); "
+                    f"run: {HOW_TO_RUN}")
+
+
+def test_a_small_dev_shm_is_refused_before_workers_start_naming_shm_size(tmp_path):
+    """Docker's default 64 MiB /dev/shm (a private mount namespace here) and buffers of
+    ~128 MiB (4096 rows x 16 KiB observations and final observations): before, a
+    worker died of SIGBUS with no word about shared memory."""
+    _private_small_shm_or_skip()
+    (tmp_path / "bigenv.py").write_text(BIG_ENV)
+    environ = dict(os.environ, PYTHONPATH=os.pathsep.join([SRC_DIR, str(tmp_path)]))
+    command = [sys.executable, "-m", "peregrine", "train", "bigenv:make", *TINY, "--detach",
+               "--vec.backend", "multiprocessing", "--vec.num-workers", "1",
+               "--vec.num-envs", "4096", "--total-steps", "1e6",
+               "--run-dir", str(tmp_path / "run")]
+    result = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                             SMALL_SHM + ' && exec "$@"', "sh", *command],
+                            capture_output=True, text=True, env=environ, timeout=180)
+    assert result.returncode == 2, result.stderr[-3000:]
+    err = result.stderr
+    assert "shared memory" in err and "/dev/shm" in err, err
+    assert "docker run --shm-size=192m" in err, err      # ~128 MiB of buffers, a quarter on top
+    assert "Traceback" not in err and "SIGBUS" in err, err
+
+
+def test_shm_size_advice_is_computed_from_the_buffers():
+    from peregrine.vector.processes import shm_size_advice
+    mib = 1 << 20
+    assert shm_size_advice(100 * mib, (64 * mib, 64 * mib)) == "docker run --shm-size=128m"
+    assert shm_size_advice(700 * mib, (64 * mib, 64 * mib)) == "docker run --shm-size=896m"
+    assert shm_size_advice(800 * mib, (64 * mib, 64 * mib)) == "docker run --shm-size=1g"
+    assert shm_size_advice(90 * mib, (4 * mib, 64 * mib)) == "docker run --shm-size=192m"
+
+
+def test_a_worker_killed_by_sigbus_says_shared_memory_ran_out():
+    import signal
+
+    from peregrine.vector import WorkerDiedError, make
+    env = make("gym:CartPole-v1", backend="multiprocessing", num_envs=2, num_workers=1, seed=0)
+    try:
+        env.reset(seed=0)
+        os.kill(env._workers[0].process.pid, signal.SIGBUS)
+        with pytest.raises(WorkerDiedError) as error:
+            for _ in range(200):
+                env.step(np.zeros(env.actions.shape, env.actions.dtype))
+        message = str(error.value)
+        assert "SIGBUS" in message and "shared memory ran out" in message, message
+        assert "--shm-size=" in message, message
+    finally:
+        env.close()
 
 
 # ---- case 2: a user's files are not a crashed attempt ---------------------------------------------

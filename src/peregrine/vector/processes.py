@@ -58,10 +58,22 @@ segment's name is unlinked from /dev/shm as soon as every worker has mapped it
 (the mapping lives on until the last process unmaps it), so no way of ending,
 `kill -9` of every process included, leaves it behind; the semaphores' names
 are removed by Python's resource tracker once the parent and workers are gone.
+
+Shared-memory space. The segment lives in /dev/shm, a tmpfs that Docker makes
+64 MiB by default. tmpfs allocates pages when they are first touched, so a
+segment larger than the free space was created without complaint and a worker
+(or the parent) died of SIGBUS seconds later, on the first write past the end of
+the space. Before any worker starts, the segment's size is compared with
+/dev/shm's free space (os.statvfs) and refused (ShmSpaceError, a ValueError)
+with the `docker run --shm-size=SIZE` that fits it, SIZE computed from the
+buffers; the segment's pages are then reserved at once (posix_fallocate), so
+space taken by someone else later cannot turn into a SIGBUS inside the run. A
+worker that still dies of SIGBUS gets an error that says shared memory ran out.
 """
 from __future__ import annotations
 
 import ast
+import errno
 import multiprocessing
 import os
 import signal
@@ -175,6 +187,68 @@ class WorkerDiedError(RuntimeError):
 
 class WorkerTimeoutError(WorkerDiedError):
     """A worker did not answer within the vector env's `timeout`; it was killed."""
+
+
+class ShmSpaceError(ValueError):
+    """/dev/shm has no room for the shared buffers (a Docker container's 64 MiB
+    default, say): refused before any worker starts."""
+
+
+SHM_DIR = "/dev/shm"
+_MIB = 1 << 20
+
+
+def shm_space(path: str = SHM_DIR) -> tuple[int, int] | None:
+    """(free bytes, total bytes) of the shared-memory filesystem; None where there
+    is none to ask (not Linux)."""
+    try:
+        info = os.statvfs(path)
+    except OSError:
+        return None
+    return info.f_bavail * info.f_frsize, info.f_blocks * info.f_frsize
+
+
+def shm_size_advice(needed: int, space: tuple[int, int] | None = None) -> str:
+    """`docker run --shm-size=SIZE` with a SIZE that holds what is in /dev/shm now
+    plus `needed` bytes, with a quarter on top, rounded up to 64 MiB."""
+    space = shm_space() if space is None else space
+    used = 0 if space is None else max(0, space[1] - space[0])
+    size = -(-(used + needed) * 5 // 4 // (64 * _MIB)) * 64 * _MIB
+    size = max(size, 128 * _MIB)
+    text = f"{size // 1024 // _MIB}g" if size % (1024 * _MIB) == 0 else f"{size // _MIB}m"
+    return f"docker run --shm-size={text}"
+
+
+def check_shm_space(needed: int, what: str = "the vector env's shared buffers") -> None:
+    """ShmSpaceError when /dev/shm has fewer than `needed` bytes free."""
+    space = shm_space()
+    if space is None or needed <= space[0]:
+        return
+    free, total = space
+    raise ShmSpaceError(
+        f"{what} need {needed / _MIB:.1f} MiB of shared memory, but {SHM_DIR} has "
+        f"{free / _MIB:.1f} MiB free (of {total / _MIB:.1f} MiB); workers would die of SIGBUS "
+        f"when it runs out. In a container, give it more: {shm_size_advice(needed, space)} "
+        f"(Kubernetes: an emptyDir with medium: Memory mounted at {SHM_DIR}); or lower "
+        f"vec.num_envs")
+
+
+def _reserve(shm: shared_memory.SharedMemory, size: int) -> None:
+    """Allocates the segment's pages now (tmpfs allocates on first touch), so a full
+    /dev/shm is an error here instead of a SIGBUS later. A no-op where the
+    platform or filesystem cannot."""
+    fd = getattr(shm, "_fd", -1)
+    if fd < 0 or not hasattr(os, "posix_fallocate"):
+        return
+    try:
+        os.posix_fallocate(fd, 0, size)
+    except OSError as error:
+        if error.errno in (errno.ENOSPC, errno.ENOMEM):
+            raise ShmSpaceError(
+                f"the vector env's shared buffers need {size / _MIB:.1f} MiB of shared memory, "
+                f"but {SHM_DIR} ran out while reserving them; in a container, give it more: "
+                f"{shm_size_advice(size)}; or lower vec.num_envs") from None
+        # EOPNOTSUPP, EINVAL: a filesystem without fallocate; pages come on first touch
 
 
 def _layout_segment(layout, num_workers):
@@ -455,8 +529,11 @@ class Multiprocessing(VectorBase):
         facts = recipe.probe()
         layout = self._setup(recipe, facts, num_envs, num_workers, batch_size)
         offsets, flags_offset, shutdown_offset, size = _layout_segment(layout, self.num_workers)
+        check_shm_space(size)     # before any worker starts: a clear refusal, not a SIGBUS
+        self._segment_size = size
         resources = self._resources
         resources.shm = shared_memory.SharedMemory(create=True, size=size)
+        _reserve(resources.shm, size)
         buf = resources.shm.buf
         self._bind(Buffers(**_views(buf, offsets)))
         resources.workers = [_WorkerHandle(_flag(buf, flags_offset + w * _LINE))
@@ -538,7 +615,12 @@ class Multiprocessing(VectorBase):
         how = (f"was killed by signal {signal.Signals(-code).name}" if code is not None
                and code < 0 else f"exited with code {code}")
         hint = ""
-        if code == 1 and self._flags[worker][0] == STARTING:
+        if code == -signal.SIGBUS:
+            hint = (f". SIGBUS here means shared memory ran out: {SHM_DIR} is full (a "
+                    f"container's 64 MiB default, or other programs' segments); in a "
+                    f"container, give it more: {shm_size_advice(self._segment_size)}; "
+                    f"or lower vec.num_envs")
+        elif code == 1 and self._flags[worker][0] == STARTING:
             hint = (f". It died while starting, before building its envs: if the main "
                     f"script creates this env when imported, {GUARD_ADVICE}")
         self.close()
