@@ -176,6 +176,11 @@ def test_the_scaffold_installs_as_a_plugin_checks_and_trains(tmp_path, multi_age
         evaluated = json.loads(_run(python, "-m", "peregrine.cli", "eval", "--policy",
                                     str(run), "--episodes", "8", "--json", cwd=tmp_path).stdout)
         assert evaluated["env"] == name
+        if multi_agent:     # the PettingZoo view, checked by PettingZoo's own API test
+            _run(python, "-c", "from pettingzoo.test import parallel_api_test; "
+                 "from peregrine.envs.registry import parallel_env; "
+                 f"parallel_api_test(parallel_env({name!r}, max_cycles=50), num_cycles=100)",
+                 cwd=tmp_path)
         if multi_agent:     # the multi-agent template ships a renderer
             out = tmp_path / "episode.gif"
             _run(python, "-m", "peregrine.cli", "render", "--policy", str(run), "--out",

@@ -210,6 +210,23 @@ def load(header: str | os.PathLike[str], name: str | None = None, **attributes: 
     return cls
 
 
+def parallel_env(name: str, render_mode: str | None = None, **config: Any):
+    """One instance of native env `name` as a PettingZoo ParallelEnv, one agent a row:
+    the env package's own `parallel_env` where it has one (DroneSwarm's), else the
+    generic view (native/parallel.py) drawn by the env's renderer. Keywords: the env's
+    config fields, `preset`, `max_cycles`, `render_size`. Needs PettingZoo."""
+    cls = env_class(name)
+    own = getattr(importlib.import_module(cls.__module__), "parallel_env", None)
+    if own is not None and own is not parallel_env:
+        return own(render_mode=render_mode, **config)
+    try:
+        from .native.parallel import NativeParallelEnv
+    except ImportError as error:
+        raise ImportError("a PettingZoo view needs PettingZoo: pip install "
+                          "'peregrine-rl[pettingzoo]'") from error
+    return NativeParallelEnv(cls, render_mode=render_mode, renderer=renderer(name), **config)
+
+
 def env_class(name: str) -> type[NativeEnv]:
     if name in _LOADED:
         return _LOADED[name]

@@ -528,8 +528,8 @@ class GymnasiumEnv(IndependentCopies, Env):
                              "single-agent gymnasium.Env view: use gymnasium.make_vec(id, "
                              "num_envs=N) with its default vectorization mode (one sub-env per "
                              "agent of N native instances; the 'sync' and 'async' modes are "
-                             f"built from single-agent envs), or peregrine.envs.{name}."
-                             "parallel_env for PettingZoo")
+                             "built from single-agent envs), or peregrine.envs.registry."
+                             f"parallel_env({name!r}) for PettingZoo")
         self.batch = batch
         try:
             self._renderer = _renderer(batch, render_mode)
