@@ -79,6 +79,34 @@ class DictEnv(_OneStep):
         return super().step(action)
 
 
+class InfoMaskEnv(_OneStep):
+    """DictEnv's task with a Box cue and the valid actions in `info["action_mask"]`."""
+
+    observation_space = spaces.Box(0.0, 1.0, (4,), np.float32)
+    action_space = spaces.Discrete(4)
+
+    def reset(self, *, seed=None, options=None):
+        gym.Env.reset(self, seed=seed)
+        return self._observe(), {"action_mask": self.mask}
+
+    def _observe(self):
+        self.target = int(self.np_random.integers(4))
+        self.mask = np.zeros(4, np.int8)
+        self.mask[self.target] = 1
+        self.mask[int(self.np_random.integers(4))] = 1
+        return np.eye(4, dtype=np.float32)[self.target]
+
+    def step(self, action):
+        if not self.mask[int(action)]:
+            raise AssertionError(f"action {action} is masked out ({self.mask})")
+        reward = 1.0 if int(action) == self.target else 0.0
+        return self._observe(), reward, True, False, {"action_mask": self.mask}
+
+
+def info_mask_env():
+    return InfoMaskEnv()
+
+
 class SampleEnv(gym.Env):
     """Observations are samples of any given space, drawn from a stream seeded by
     reset(seed): the tests redraw them to check what the buffers hold."""

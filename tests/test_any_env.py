@@ -195,6 +195,14 @@ def test_dict_observations_with_an_action_mask_learn_and_never_take_masked_actio
     assert _final_reward("any_env_toys:dict_env", "auto", tmp_path) > 0.95
 
 
+def test_action_masks_in_info_are_read_and_respected(tmp_path):
+    """InfoMaskEnv raises on a masked action: the mask from info reaches the policy."""
+    env = pv.make(any_env_toys.info_mask_env, backend="serial", num_envs=2, seed=0)
+    assert set(env.structured_observation_space.spaces) == {"observation", "action_mask"}
+    env.close()
+    assert _final_reward("any_env_toys:info_mask_env", "auto", tmp_path) > 0.95
+
+
 def test_the_nature_cnn_takes_atari_frames_either_layout():
     import torch
     from peregrine.train.encoders import build_encoder

@@ -146,16 +146,16 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
     return found
 
 
-MASK_KEY = "action_mask"
-
-
 def _mask_key_slice(structure) -> slice | None:
     """The columns of a Dict observation's "action_mask" entry (PettingZoo's and
     Gymnasium's convention for valid actions) in the flat rows, or None."""
     from gymnasium import spaces
-    if not isinstance(structure, spaces.Dict) or MASK_KEY not in structure.spaces:
+    if not isinstance(structure, spaces.Dict):
         return None
+    from ..vector.emulation import MASK_KEY
     from ..vector.spaces import FlatObservation
+    if MASK_KEY not in structure.spaces:
+        return None
     for path, offset, size in FlatObservation(structure).fields:
         if path == (MASK_KEY,):
             return slice(offset, offset + size)

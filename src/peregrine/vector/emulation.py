@@ -33,6 +33,7 @@ import math
 
 import numpy as np
 from gymnasium import Env as GymnasiumEnv
+from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import Buffers, EpisodeStats, NativeEnv
@@ -203,32 +204,56 @@ class _Unit:
         self.close()
 
 
+MASK_KEY = "action_mask"
+
+
 class GymnasiumEmulation(_Unit):
-    """One Gymnasium env as a one-row batch."""
+    """One Gymnasium env as a one-row batch.
+
+    Action masks in `info`: an env with Discrete actions whose reset info holds
+    "action_mask" (n values) gets it in its rows: the row then encodes the Dict
+    {"observation": its observation, "action_mask": MultiBinary(n)}, read from every
+    step's info (the trainer masks invalid actions from that key, as for a Dict
+    observation that carries one)."""
 
     def __init__(self, env, buffers=None, seed=None, index=0):
         self.env = env
         self.where = f"env {index}"
-        self.flat_observation = FlatObservation(env.observation_space)
+        observation, info = env.reset() if seed is None else env.reset(seed=int(seed))
+        space = env.observation_space
+        self._mask_in_info = (isinstance(env.action_space, spaces.Discrete)
+                              and isinstance(info, dict) and MASK_KEY in info)
+        if self._mask_in_info:
+            space = spaces.Dict({"observation": space,
+                                 MASK_KEY: spaces.MultiBinary(int(env.action_space.n))})
+        self.flat_observation = FlatObservation(space)
         self.flat_action = FlatAction(env.action_space)
         self._init_buffers(self.flat_observation.space, self.flat_action.space, 1, buffers)
-        self._write = self.flat_observation.write
         self._to_env = self.flat_action.to_env
-        self._episode_return = 0.0
-        self._episode_length = 0
-        self.reset(seed)
+        self._start(observation, info)
+
+    def _write(self, observation, info, row) -> None:
+        if self._mask_in_info:
+            if not isinstance(info, dict) or MASK_KEY not in info:
+                raise ValueError(f"{self.where} gave an action mask in its reset info but "
+                                 f"none in a later info; it must give one with every "
+                                 f"observation")
+            observation = {"observation": observation, MASK_KEY: info[MASK_KEY]}
+        self.flat_observation.write(observation, row, self.where)
+
+    def _start(self, observation, info):
+        self._clear_step_outputs()
+        self._write(observation, info, self.observations[0])
+        self._episode_return, self._episode_length = 0.0, 0
 
     def reset(self, seed=None):
-        observation, _info = self.env.reset() if seed is None else self.env.reset(seed=int(seed))
-        self._clear_step_outputs()
-        self._write(observation, self.observations[0], self.where)
-        self._episode_return, self._episode_length = 0.0, 0
+        self._start(*(self.env.reset() if seed is None else self.env.reset(seed=int(seed))))
         return self.observations, {}
 
     def step(self, actions):
         if actions is not self.actions:
             self._take_actions(actions)
-        observation, reward, terminated, truncated, _info = self.env.step(
+        observation, reward, terminated, truncated, info = self.env.step(
             self._to_env(self.actions[0]))
         where = self.where
         reward = checked_reward(reward, where)
@@ -239,18 +264,18 @@ class GymnasiumEmulation(_Unit):
         buffers = self.buffers
         if terminated or truncated:
             truncated = not terminated
-            self._write(observation, buffers.final_observations[0], where)
+            self._write(observation, info, buffers.final_observations[0])
             self._stats.record(self._episode_return + reward,
                                float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
-            observation, _info = self.env.reset()
+            observation, info = self.env.reset()
         else:
             self._episode_return += reward
             self._episode_length += 1
         buffers.rewards[0] = reward
         buffers.terminals[0] = terminated
         buffers.truncations[0] = truncated
-        self._write(observation, buffers.observations[0], where)
+        self._write(observation, info, buffers.observations[0])
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def close(self):
