@@ -12,7 +12,9 @@ failure says what to do. One test (or a few) per case of the issue:
    during a metrics write, a minibatch larger than the batch);
 8. advice a CLI user can follow (vec.num_workers instead of overwork=True).
 
-Case 9 (elastic restarts) is benchmarks/stress_elastic_restart.py, outside the suite.
+9. an elastic restart whose ranks read the killed ranks' Gloo addresses (a
+   deterministic test here; 20 kill-and-restart trials in
+   benchmarks/stress_elastic_restart.py, outside the suite).
 """
 from __future__ import annotations
 
@@ -435,3 +437,38 @@ def test_too_many_workers_names_the_config_key(tmp_path, capsys):
     assert code == 2, err
     # the advice names what the CLI can change (overwork= is for Python callers)
     assert f"--vec.num-workers {available_cores()}" in err and "vec.num_workers" in err, err
+
+
+# ---- case 9: an elastic restart gets a store of its own -----------------------------------------
+
+_RESTARTED_RANKS = textwrap.dedent("""
+    import os, sys, time
+    from peregrine.train.config import load_config
+    from peregrine.train.distributed import DataParallel
+    rank, attempt = int(os.environ["RANK"]), int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+    if attempt == 1 and rank == 0:
+        time.sleep(3)    # the restarted rank 0 publishes its address after rank 1 looks
+    dp = DataParallel(load_config("cartpole", overrides=[("train.dist_timeout", 20)]))
+    print(f"attempt {attempt} rank {rank}: process group up", flush=True)
+    if attempt == 0 and rank == 1:
+        os._exit(3)      # a rank dies: torchrun restarts every rank
+    time.sleep(1 if attempt == 0 else 0)
+    dp.close()
+""")
+
+
+def test_restarted_ranks_never_read_the_killed_ranks_addresses(tmp_path):
+    """torchrun keeps its rendezvous store across restarts; the default group's keys
+    held the dead ranks' Gloo addresses, and a restarted rank that looked before its
+    peer republished failed with 'Gloo connectFullMesh ... Connection refused'."""
+    script = tmp_path / "ranks.py"
+    script.write_text(_RESTARTED_RANKS)
+    environ = dict(os.environ, PYTHONPATH=SRC_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    result = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                             "--nproc-per-node", "2", "--max-restarts", "1", str(script)],
+                            capture_output=True, text=True, env=environ, timeout=180)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert "attempt 1 rank 0: process group up" in output
+    assert "attempt 1 rank 1: process group up" in output
+    assert "Connection refused" not in output

@@ -76,7 +76,8 @@ then stops the other ranks (it polls every 0.1 s); the shared-memory sums notice
 a dead rank's process at once. Only rank 0 writes, atomically (checkpoint.save),
 so the last good checkpoint survives any crash. With `--max-restarts K` torchrun
 restarts every rank after a failure, up to K times, and the restarted ranks
-continue from the last checkpoint (run.py); SIGTERM to torchrun reaches every
+continue from the last checkpoint (run.py), over a process-group store of their
+own restart (`init_process_group`: torchrun's store outlives restarts); SIGTERM to torchrun reaches every
 rank, which stop after the same update and save (run.py).
 """
 from __future__ import annotations
@@ -145,6 +146,29 @@ def resolve_backend(name: str, device: torch.device, one_machine: bool = False) 
         if not local_reduce.supported():
             raise ValueError("train.dist_backend = 'shm' needs an x86 CPU; use 'gloo' or 'auto'")
     return name
+
+
+def init_process_group(backend: str, timeout: timedelta) -> None:
+    """The default process group, over a store of this restart's own.
+
+    torchrun (torch >= 2.4) keeps one rendezvous TCPStore for the life of the agent
+    and hands it to every attempt (TORCHELASTIC_USE_AGENT_STORE), and
+    init_process_group's env:// store adds no per-attempt prefix: after a restart
+    the default group's keys still hold the killed ranks' Gloo addresses. A
+    restarted rank that read its peer's key before the peer republished it
+    connected to a dead process and failed after Gloo's retries ("Gloo
+    connectFullMesh failed ... Connection refused", ~5 s into the restart), using
+    up the restart (issue 35). Prefixing the store with the restart count gives
+    every attempt fresh keys. Outside torchrun's shared store: env:// as before."""
+    if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
+        torch_dist.init_process_group(backend, timeout=timeout)
+        return
+    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    store = torch_dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
+                                world_size, is_master=False, timeout=timeout)
+    store = torch_dist.PrefixStore(f"peregrine/attempt_{restart_count()}/", store)
+    torch_dist.init_process_group(backend, store=store, rank=rank, world_size=world_size,
+                                  timeout=timeout)
 
 
 def one_machine(environ=os.environ) -> bool:
@@ -279,8 +303,8 @@ class DataParallel:
         self.backend = resolve_backend(t.dist_backend, device, one_machine())
         # Collective buffers live where the backend wants them.
         self.comm_device = device if self.backend == "nccl" else torch.device("cpu")
-        torch_dist.init_process_group("gloo" if self.backend == "shm" else self.backend,
-                                      timeout=timedelta(seconds=t.dist_timeout))
+        init_process_group("gloo" if self.backend == "shm" else self.backend,
+                           timedelta(seconds=t.dist_timeout))
         self._check_agreement(config)
         self.local = None            # the shared-memory sums ("shm")
         if self.backend == "shm":
