@@ -348,3 +348,20 @@ def test_observation_normalisation_of_encoded_rows_is_refused():
         ("vec.backend", "serial"), ("train.normalize_obs", True)])
     with pytest.raises(ValueError, match="NormalizeObservation"):
         Trainer(config)
+
+
+def test_ranks_of_an_emulated_env_never_share_a_seed():
+    """Emulated envs are seeded one unit per env: rank r's first env continues rank r-1's
+    last (with one unit per worker, ranks would repeat each other's streams)."""
+    from peregrine.train.distributed import units_per_rank
+    from peregrine.vector.common import unit_seed
+    config = load_config("gym:CartPole-v1", overrides=[("vec.num_envs", 4),
+                                                       ("vec.num_workers", 2)])
+    per_rank = units_per_rank(config)
+    assert per_rank == 4
+    seeds = [unit_seed(unit_seed(7, rank * per_rank), env) for rank in range(3)
+             for env in range(4)]
+    assert len(set(seeds)) == 12
+    assert units_per_rank(load_config("cartpole")) == 1
+    assert units_per_rank(load_config("cartpole", overrides=[
+        ("vec.backend", "multiprocessing"), ("vec.num_workers", 2)])) == 2

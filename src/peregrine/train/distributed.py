@@ -281,6 +281,16 @@ def check_config(config) -> None:
                          "ranks); set them to false or train in one process")
 
 
+def units_per_rank(config) -> int:
+    """How many seed units (vector/recipe.py) one rank's env batch spans, so that each
+    rank's units continue the previous rank's and no two ranks share a stream: one
+    native batch, a native block per worker, or one unit per env when emulated."""
+    vec = config.vec
+    if not config.is_native:
+        return vec.num_envs
+    return 1 if vec.backend in ("native", "device") else vec.num_workers
+
+
 class DataParallel:
     """This process's place in a data-parallel run, and the collectives the trainer uses.
 
@@ -310,10 +320,7 @@ class DataParallel:
         if self.backend == "shm":
             self.local = local_reduce.LocalAllReduce(self.rank, self.world_size, self.broadcast,
                                                      torch_dist.barrier, t.dist_timeout)
-        # Seeds are per unit (recipe.py): a native block per worker, one env per unit
-        # when emulated; each rank's units continue the previous rank's.
-        self.units_per_rank = (vec.num_envs if not config.is_native else
-                               1 if vec.backend == "native" else vec.num_workers)
+        self.units_per_rank = units_per_rank(config)
         self.stop_source = None      # callable -> bool: this rank's stop request
         self.stopping = False        # every rank's agreed stop (after reduce_update)
 
