@@ -365,3 +365,12 @@ def test_ranks_of_an_emulated_env_never_share_a_seed():
     assert units_per_rank(load_config("cartpole")) == 1
     assert units_per_rank(load_config("cartpole", overrides=[
         ("vec.backend", "multiprocessing"), ("vec.num_workers", 2)])) == 2
+
+
+def test_the_profiler_measures_an_emulated_env(tmp_path):
+    out = tmp_path / "profile.json"
+    _cli("profile", "gym:CartPole-v1", "--seconds", "0.5", "--warmup", "0.2", "--num-envs", "4",
+         "--no-artifact", "--json", str(out))
+    artifact = json.loads(out.read_text())
+    assert artifact["env"] == "gym:CartPole-v1" and artifact["setup"]["rows"] == 4
+    assert artifact["steady_state"]["steps_per_sec"] > 0

@@ -28,7 +28,8 @@ DEFAULT_ARTIFACTS_DIR = Path("artifacts") / "throughput"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("env", help="a registered env (see `peregrine envs`)")
+    parser.add_argument("env", help="a native env (see `peregrine envs`), gym:ID, "
+                                    "pettingzoo:MODULE or module:function")
     parser.add_argument("--mode", default="env_only", choices=MODES,
                         help="env_only: the C batch with random actions; trainer: PPO updates; "
                              "trainer_eval: PPO updates plus periodic evaluation (default env_only)")
@@ -57,10 +58,8 @@ def add_arguments(parser) -> None:
 
 
 def check_arguments(args) -> None:
-    from ..envs.registry import list_envs
-
-    if args.env not in list_envs():
-        raise ValueError(f"unknown env {args.env!r}; available: {list_envs()}")
+    from ..vector.sources import kind_of
+    kind_of(args.env)       # an unknown name: the kinds of names listed
     if not args.seconds > 0:
         raise ValueError(f"--seconds must be positive, got {args.seconds}")
     if not args.warmup >= 0:
@@ -97,9 +96,11 @@ def measure(args) -> dict:
     from ..profile import runner
 
     if args.mode == "env_only":
+        from ..vector.sources import is_native_name
+        default_envs = 4096 if is_native_name(args.env) else 16    # Python envs: 16
         return runner.profile_env_only(args.env, args.seconds, args.warmup,
-                                       num_envs=args.num_envs or 4096, num_threads=args.threads or 1,
-                                       seed=args.seed)
+                                       num_envs=args.num_envs or default_envs,
+                                       num_threads=args.threads or 1, seed=args.seed)
     return runner.profile_trainer(args.env, args.seconds, args.warmup, overrides=parse_overrides(args),
                                   evaluate_every=args.eval_interval if args.mode == "trainer_eval" else 0,
                                   eval_episodes=args.eval_episodes, seed=args.seed)

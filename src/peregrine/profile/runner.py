@@ -90,9 +90,16 @@ def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int
                      num_threads: int = 1, seed: int = 0, **config) -> dict:
     from ..envs.registry import make
     from ..train.resources import ResourceProbe
+    from ..vector.sources import is_native_name
     from .bench import action_pool
 
-    env = make(env_name, num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
+    if is_native_name(env_name):
+        env = make(env_name, num_envs=num_envs, seed=seed, num_threads=num_threads, **config)
+    else:   # emulated: Multiprocessing, one worker per core, as the trainer runs it
+        from .. import vector
+        from ..vector.common import auto_workers
+        env = vector.make(env_name, backend="multiprocessing", num_envs=num_envs,
+                          num_workers=auto_workers(num_envs), seed=seed, **config)
     try:
         env.reset(seed=seed)
         pool = action_pool(env, 16, seed)
@@ -114,7 +121,8 @@ def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int
             result["steady_state"]["steps_per_sec"] / env.agents_per_env
         result["setup"] = {"num_envs": num_envs, "num_threads": num_threads,
                            "agents_per_env": env.agents_per_env, "rows": rows, "seed": seed,
-                           "steps_per_unit": rows * len(pool), "env_config": dict(env.config)}
+                           "steps_per_unit": rows * len(pool),
+                           "env_config": dict(getattr(env, "config", {}))}
         return result
     finally:
         env.close()

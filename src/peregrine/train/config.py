@@ -450,9 +450,8 @@ def resolve_auto(config: Config) -> None:
         if v.backend != "multiprocessing":
             v.num_workers = 1
         else:
-            from ..vector.common import available_cores
-            cores = max(1, min(available_cores(), v.num_envs))
-            v.num_workers = max(w for w in range(1, cores + 1) if v.num_envs % w == 0)
+            from ..vector.common import auto_workers
+            v.num_workers = auto_workers(v.num_envs)
 
 
 def validate(config: Config) -> None:

@@ -15,7 +15,7 @@ from ..envs.native.batch import BUFFER_NAMES, Buffers, EpisodeStats, resolve_see
 
 __all__ = ["BUFFER_NAMES", "Buffers", "EpisodeStats", "resolve_seed", "unit_seed",
            "check_count", "merge_stats", "merge_sums", "stats_to_sums", "slice_buffers",
-           "buffers_layout", "available_cores"]
+           "buffers_layout", "available_cores", "auto_workers"]
 
 _SEED_STRIDE = 0x9E3779B97F4A7C15  # odd: distinct units get distinct seeds mod 2**64
 
@@ -44,6 +44,13 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
         return os.cpu_count() or 1
+
+
+def auto_workers(num_envs: int) -> int:
+    """Workers for `num_workers = "auto"`: one per available core, as many as divide
+    num_envs (every worker runs the same number of envs)."""
+    cores = max(1, min(available_cores(), num_envs))
+    return max(w for w in range(1, cores + 1) if num_envs % w == 0)
 
 
 def stats_to_sums(stats: EpisodeStats):
