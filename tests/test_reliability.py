@@ -19,6 +19,7 @@ failure says what to do. One test (or a few) per case of the issue:
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import shutil
@@ -472,3 +473,40 @@ def test_restarted_ranks_never_read_the_killed_ranks_addresses(tmp_path):
     assert "attempt 1 rank 0: process group up" in output
     assert "attempt 1 rank 1: process group up" in output
     assert "Connection refused" not in output
+
+
+# ---- the sweep's cases that held (issue 35), kept where cheap ---------------------------------
+
+def test_a_unicode_run_directory_trains_and_resumes(tmp_path, capsys):
+    run = tmp_path / "runs ü 飞鸟" / "cartpole é"
+    assert cli_main(["train", "cartpole", *TINY, "--detach", "--run-dir", str(run),
+                     "--total-steps", "512"]) == 0
+    assert cli_main(["train", "--resume", str(run), "--detach", "--total-steps", "1024"]) == 0
+    assert checkpoint.load(run)["global_step"] == 1024
+
+
+def test_a_symlinked_run_directory_writes_into_its_target(tmp_path):
+    target = tmp_path / "target"
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target, target_is_directory=True)
+    assert cli_main(["train", "cartpole", *TINY, "--detach", "--run-dir",
+                     str(tmp_path / "link"), "--total-steps", "512"]) == 0
+    assert (target / "checkpoints" / "latest.pt").is_file()
+    assert (tmp_path / "link").is_symlink()
+
+
+def test_two_evals_of_one_checkpoint_at_once(tmp_path):
+    run = tmp_path / "run"
+    assert cli_main(["train", "cartpole", *TINY, "--detach", "--run-dir", str(run),
+                     "--total-steps", "512"]) == 0
+    environ = dict(os.environ, PYTHONPATH=SRC_DIR + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    command = [sys.executable, "-m", "peregrine", "eval", "cartpole", "--policy",
+               str(run / "checkpoints" / "latest.pt"), "--episodes", "4", "--json"]
+    jobs = [subprocess.Popen(command, env=environ, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [job.communicate(timeout=120) for job in jobs]
+    assert [job.returncode for job in jobs] == [0, 0], results
+    first, second = (json.loads(out) for out, _ in results)
+    for record in (first, second):
+        record.pop("seconds", None)               # wall time differs, nothing else
+    assert first == second                        # same checkpoint, same seed: same returns
