@@ -1,0 +1,680 @@
+"""Peregrine on emulated (Gymnasium) envs against Stable-Baselines3 and Gymnasium's vector envs.
+
+Subcommands (run from the repository root with the project's venv):
+
+  speed    training SPS of Peregrine vs SB3 PPO with the same PPO shape, and env-only SPS
+           (random actions) of Peregrine's Multiprocessing vs gymnasium AsyncVectorEnv /
+           SyncVectorEnv (and PufferLib when it imports), on LunarLander-v3, HalfCheetah-v5
+           and ALE/Pong-v5; back to back in one process, alternating, best of N windows.
+      python benchmarks/bench_emulated.py speed --out benchmarks/results/emulated/speed.json
+
+  learn    final deterministic return (50 episodes, fresh seeds), training wall-clock and
+           wall-clock to the target of Peregrine (benchmarks/configs/<env>.toml) and SB3 PPO
+           (rl-baselines3-zoo hyperparameters) at the same step budget; one JSON line per
+           (library, env, seed) appended to --out as each run finishes.
+      python benchmarks/bench_emulated.py learn --env lunarlander --seeds 1,2,3 \
+          --steps 1000000 --libs peregrine,sb3 --out benchmarks/results/emulated/learn.jsonl
+
+  summary  markdown table (every seed, median and worst) of one or more learn JSONL files.
+      python benchmarks/bench_emulated.py summary benchmarks/results/emulated/learn*.jsonl
+
+Training processes pin torch to one thread (torch.set_num_threads(1), Peregrine's
+train.torch_threads = 1) and should run with OMP_WAIT_POLICY=PASSIVE (set here for the
+children when unset).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+import numpy as np  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = Path(__file__).resolve().parent / "configs"
+
+ATARI_WRAPPERS = [{"name": "AtariPreprocessing", "frame_skip": 1},   # v5 already skips 4 frames
+                  {"name": "FrameStackObservation", "stack_size": 4}]
+
+# ---- speed: the same PPO shape for both libraries ------------------------------------------
+# num_envs: SB3's SubprocVecEnv runs one process per env; Peregrine runs num_workers=2
+# processes with num_envs/2 envs each (one per core of this 2-core machine).
+SPEED_SETUPS = {
+    "lunarlander": dict(env_id="LunarLander-v3", kwargs={}, wrappers=[], cnn=False,
+                        num_envs=4, horizon=256, minibatch=256, epochs=4, hidden=64, layers=2,
+                        warmup_updates=2, measure_updates=8, env_steps=2000),
+    "halfcheetah": dict(env_id="HalfCheetah-v5", kwargs={}, wrappers=[], cnn=False,
+                        num_envs=4, horizon=256, minibatch=256, epochs=4, hidden=64, layers=2,
+                        warmup_updates=2, measure_updates=8, env_steps=2000),
+    "pong": dict(env_id="ALE/Pong-v5", kwargs={}, wrappers=ATARI_WRAPPERS, cnn=True,
+                 num_envs=4, horizon=128, minibatch=256, epochs=4, hidden=512, layers=0,
+                 warmup_updates=2, measure_updates=3, env_steps=500),
+}
+
+# ---- learn: rl-baselines3-zoo hyperparams/ppo.yml ---------------------------------------------
+# https://github.com/DLR-RM/rl-baselines3-zoo/blob/master/hyperparams/ppo.yml
+# (unlisted keys are SB3 PPO defaults: learning_rate 3e-4 constant, batch_size 64,
+#  clip_range 0.2, vf_coef 0.5, max_grad_norm 0.5, MlpPolicy 64x64 tanh, separate pi/vf).
+ZOO_PPO = {
+    # Acrobot-v1: normalize: true (VecNormalize: observations AND rewards, gamma = 0.99),
+    # n_envs 16, policy MlpPolicy, n_timesteps 1e6, n_steps 256, gae_lambda 0.94, gamma 0.99,
+    # n_epochs 4, ent_coef 0.0
+    "acrobot": dict(env_id="Acrobot-v1", normalize=True, n_envs=16, n_timesteps=1_000_000,
+                    hyperparams=dict(n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4,
+                                     ent_coef=0.0)),
+    # LunarLander-v2 / v3 (listed identically): n_envs 16, policy MlpPolicy, n_timesteps 1e6,
+    # n_steps 1024, batch_size 64, gae_lambda 0.98, gamma 0.999, n_epochs 4, ent_coef 0.01
+    "lunarlander": dict(env_id="LunarLander-v3", normalize=False, n_envs=16,
+                        n_timesteps=1_000_000,
+                        hyperparams=dict(n_steps=1024, batch_size=64, gae_lambda=0.98,
+                                         gamma=0.999, n_epochs=4, ent_coef=0.01)),
+}
+TARGETS = {"lunarlander": 200.0, "acrobot": -100.0}
+TARGET_WINDOW = 100          # episodes in the training curve's moving mean
+EVAL_SEED = 1000             # eval episodes use seeds 1000.. (never a training seed)
+
+
+def machine() -> dict:
+    import torch
+    return {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "torch": torch.__version__,
+            "torch_threads": torch.get_num_threads(),
+            "OMP_WAIT_POLICY": os.environ.get("OMP_WAIT_POLICY"),
+            "loadavg_at_start": os.getloadavg()}
+
+
+def set_torch_threads() -> None:
+    import torch
+    torch.set_num_threads(1)
+
+
+def register_ale() -> None:
+    try:
+        import ale_py
+        import gymnasium
+        gymnasium.register_envs(ale_py)
+    except ImportError:
+        pass
+
+
+def make_gym(env_id: str, kwargs: dict, wrappers: list, render_mode=None):
+    """One Gymnasium env with `wrappers` ([{name, ARG...}] of gymnasium.wrappers) applied."""
+    import gymnasium
+    import gymnasium.wrappers as gw
+    register_ale()
+    env = gymnasium.make(env_id, **kwargs)
+    for wrapper in wrappers:
+        args = {k: v for k, v in wrapper.items() if k != "name"}
+        env = getattr(gw, wrapper["name"])(env, **args)
+    return env
+
+
+class GymThunk:
+    """Picklable env constructor (for spawned SubprocVecEnv / AsyncVectorEnv workers)."""
+
+    def __init__(self, env_id, kwargs, wrappers):
+        self.env_id, self.kwargs, self.wrappers = env_id, kwargs, wrappers
+
+    def __call__(self):
+        return make_gym(self.env_id, self.kwargs, self.wrappers)
+
+
+# =============================================================================================
+# speed
+# =============================================================================================
+
+def peregrine_train_sps(setup: dict, seed: int, run_dir: Path) -> dict:
+    """Training SPS of Peregrine over `measure_updates` updates after `warmup_updates`,
+    from metrics.jsonl (global_step and elapsed of the update records)."""
+    from peregrine.train.config import load_config
+    from peregrine.train.run import train
+    batch = setup["num_envs"] * setup["horizon"]
+    updates = setup["warmup_updates"] + setup["measure_updates"]
+    overrides = [
+        ("env.wrappers", setup["wrappers"]),
+        ("vec.backend", "multiprocessing"), ("vec.num_envs", setup["num_envs"]),
+        ("vec.num_workers", 2),
+        ("train.total_steps", batch * updates), ("train.horizon", setup["horizon"]),
+        ("train.minibatch_size", setup["minibatch"]), ("train.update_epochs", setup["epochs"]),
+        ("train.learning_rate", 3e-4), ("train.anneal_lr", False),
+        ("train.torch_threads", 1), ("train.tensorboard", False),
+        ("train.checkpoint_interval", 0), ("train.progress_interval", 1000),
+        ("train.seed", seed),
+        ("policy.num_layers", setup["layers"]),
+    ]
+    if not setup["cnn"]:
+        overrides += [("policy.hidden_size", setup["hidden"]), ("policy.activation", "tanh")]
+    config = load_config(f"gym:{setup['env_id']}", None, overrides)
+    started = time.perf_counter()
+    train(config, run_dir, overwrite=True)
+    total = time.perf_counter() - started
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    records = [r for r in records if "global_step" in r and "elapsed" in r]
+    first, last = records[setup["warmup_updates"] - 1], records[-1]
+    steps = last["global_step"] - first["global_step"]
+    seconds = last["elapsed"] - first["elapsed"]
+    split = {k: sum(r["time_split"].get(k, 0.0) for r in records[setup["warmup_updates"]:])
+             for k in records[-1].get("time_split", {})}
+    return {"sps": steps / seconds, "steps": steps, "seconds": seconds,
+            "startup_and_total_seconds": total, "time_split_measured": split}
+
+
+def sb3_train_sps(setup: dict, seed: int) -> dict:
+    """Training SPS of SB3 PPO (SubprocVecEnv, one process per env): a fresh model learns
+    `warmup_updates` rollouts, then `measure_updates` more are timed (model.learn)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+    import torch
+    batch = setup["num_envs"] * setup["horizon"]
+    venv = make_vec_env(GymThunk(setup["env_id"], setup["kwargs"], setup["wrappers"]),
+                        n_envs=setup["num_envs"], seed=seed, vec_env_cls=SubprocVecEnv,
+                        vec_env_kwargs={"start_method": "spawn"})
+    try:
+        if setup["cnn"]:
+            policy, policy_kwargs = "CnnPolicy", {}
+        else:
+            policy = "MlpPolicy"
+            policy_kwargs = dict(net_arch=dict(pi=[setup["hidden"]] * setup["layers"],
+                                               vf=[setup["hidden"]] * setup["layers"]),
+                                 activation_fn=torch.nn.Tanh)
+        model = PPO(policy, venv, n_steps=setup["horizon"], batch_size=setup["minibatch"],
+                    n_epochs=setup["epochs"], learning_rate=3e-4, policy_kwargs=policy_kwargs,
+                    seed=seed, device="cpu", verbose=0)
+        model.learn(batch * setup["warmup_updates"])
+        started = time.perf_counter()
+        model.learn(batch * setup["measure_updates"], reset_num_timesteps=False)
+        seconds = time.perf_counter() - started
+    finally:
+        venv.close()
+    steps = batch * setup["measure_updates"]
+    return {"sps": steps / seconds, "steps": steps, "seconds": seconds}
+
+
+def random_actions(space, count: int, rng: np.random.Generator, steps: int) -> list:
+    """`steps` arrays of `count` samples of `space` shaped (count, ...)."""
+    space.seed(int(rng.integers(1 << 31)))
+    return [np.stack([np.asarray(space.sample()) for _ in range(count)]) for _ in range(steps)]
+
+
+def time_steps(step, actions: list, warmup: int) -> float:
+    for a in actions[:warmup]:
+        step(a)
+    started = time.perf_counter()
+    for a in actions[warmup:]:
+        step(a)
+    return time.perf_counter() - started
+
+
+def peregrine_env_sps(setup, num_envs, steps, warmup=20) -> float:
+    import peregrine.vector as pv
+    env = pv.make(f"gym:{setup['env_id']}", backend="multiprocessing", num_envs=num_envs,
+                  num_workers=2, seed=0, wrappers=setup["wrappers"], **setup["kwargs"])
+    try:
+        env.reset()
+        actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
+                                 steps + warmup)
+        actions = [a.astype(env.single_action_space.dtype) for a in actions]
+        seconds = time_steps(env.step, actions, warmup)
+    finally:
+        env.close()
+    return num_envs * steps / seconds
+
+
+def gymnasium_env_sps(setup, num_envs, steps, asynchronous: bool, warmup=20) -> float:
+    import gymnasium
+    thunks = [GymThunk(setup["env_id"], setup["kwargs"], setup["wrappers"])
+              for _ in range(num_envs)]
+    if asynchronous:
+        env = gymnasium.vector.AsyncVectorEnv(thunks, context="spawn")
+    else:
+        env = gymnasium.vector.SyncVectorEnv(thunks)
+    try:
+        env.reset(seed=0)
+        actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
+                                 steps + warmup)
+        seconds = time_steps(env.step, actions, warmup)
+    finally:
+        env.close()
+    return num_envs * steps / seconds
+
+
+def pufferlib_env_sps(setup, num_envs, steps, warmup=20) -> float:
+    import pufferlib.vector
+    creator = PufferCreator(setup)
+    env = pufferlib.vector.make(creator, backend=pufferlib.vector.Multiprocessing,
+                                num_envs=num_envs, num_workers=2)
+    try:
+        env.reset(seed=0)
+        actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
+                                 steps + warmup)
+        seconds = time_steps(env.step, actions, warmup)
+    finally:
+        env.close()
+    return num_envs * steps / seconds
+
+
+class PufferCreator:
+    def __init__(self, setup):
+        self.setup = setup
+
+    def __call__(self, buf=None, seed=0):
+        import pufferlib.emulation
+        env = make_gym(self.setup["env_id"], self.setup["kwargs"], self.setup["wrappers"])
+        return pufferlib.emulation.GymnasiumPufferEnv(env=env, buf=buf, seed=seed)
+
+
+def pufferlib_status() -> str | None:
+    """None when pufferlib imports, else the error line."""
+    import importlib
+    try:
+        importlib.import_module("pufferlib.emulation")
+        importlib.import_module("pufferlib.vector")
+    except Exception as error:  # noqa: BLE001 - recorded, not raised
+        return f"{type(error).__name__}: {error}".splitlines()[0]
+    return None
+
+
+def cmd_speed(args) -> None:
+    set_torch_threads()
+    envs = args.envs.split(",")
+    result = {"machine": machine(), "windows": args.windows, "settings": {}, "train": {},
+              "env_only": {}, "skipped": {}, "notes": [
+                  "training SPS: steps of the measured updates / their wall time, after "
+                  "warm-up updates; start-up (process spawn, model build) excluded",
+                  "SB3: SubprocVecEnv (spawn), one process per env; Peregrine: "
+                  "vec.backend multiprocessing, num_workers 2 (num_envs/2 envs per worker)",
+                  "both: torch.set_num_threads(1), OMP_WAIT_POLICY=PASSIVE, lr 3e-4 constant, "
+                  "clip 0.2, MLP = separate actor/critic 64x64 tanh (SB3 MlpPolicy default); "
+                  "Pong = Nature CNN 512 features shared, linear heads (SB3 CnnPolicy; "
+                  "Peregrine encoder auto + policy.num_layers 0)",
+                  "env-only: random actions, same N envs for every backend; Peregrine and "
+                  "PufferLib with 2 workers; gymnasium AsyncVectorEnv one process per env",
+                  "best (max SPS) of the windows, libraries alternating in each window"]}
+    puffer_error = pufferlib_status() if not args.no_puffer else "disabled by --no-puffer"
+    if puffer_error:
+        result["skipped"]["pufferlib"] = puffer_error
+    with tempfile.TemporaryDirectory(prefix="bench_emulated_") as tmp:
+        for key in envs:
+            setup = SPEED_SETUPS[key]
+            result["settings"][key] = {k: v for k, v in setup.items()}
+            result["settings"][key]["env_only_num_envs"] = args.env_num_envs
+            windows = {"peregrine": [], "sb3": []}
+            for window in range(args.windows):
+                for lib in (("peregrine", "sb3") if window % 2 == 0 else ("sb3", "peregrine")):
+                    if args.skip_train:
+                        continue
+                    try:
+                        if lib == "peregrine":
+                            got = peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}")
+                        else:
+                            got = sb3_train_sps(setup, window)
+                    except Exception as error:  # noqa: BLE001 - recorded
+                        import traceback
+                        traceback.print_exc()
+                        got = {"sps": None, "error": f"{type(error).__name__}: {error}"}
+                    windows[lib].append(got)
+                    print(f"[train] {key} window {window} {lib}: "
+                          f"{got['sps'] if got['sps'] is None else round(got['sps'])} SPS",
+                          flush=True)
+            if not args.skip_train:
+                result["train"][key] = summarize_windows(windows)
+            backends = ["peregrine_mp", "gym_async", "gym_sync"]
+            if not puffer_error:
+                backends.append("pufferlib_mp")
+            env_windows = {b: [] for b in backends}
+            n, steps = args.env_num_envs, setup["env_steps"]
+            for window in range(args.windows):
+                order = backends if window % 2 == 0 else backends[::-1]
+                for backend in order:
+                    try:
+                        if backend == "peregrine_mp":
+                            sps = peregrine_env_sps(setup, n, steps)
+                        elif backend == "gym_async":
+                            sps = gymnasium_env_sps(setup, n, steps, True)
+                        elif backend == "gym_sync":
+                            sps = gymnasium_env_sps(setup, n, steps, False)
+                        else:
+                            sps = pufferlib_env_sps(setup, n, steps)
+                        got = {"sps": sps}
+                    except Exception as error:  # noqa: BLE001 - recorded
+                        import traceback
+                        traceback.print_exc()
+                        got = {"sps": None, "error": f"{type(error).__name__}: {error}"}
+                    env_windows[backend].append(got)
+                    print(f"[env] {key} window {window} {backend}: "
+                          f"{got['sps'] if got['sps'] is None else round(got['sps'])} SPS",
+                          flush=True)
+            result["env_only"][key] = summarize_windows(env_windows)
+            write_json(args.out, result)       # partial results survive
+    result["loadavg_at_end"] = os.getloadavg()
+    write_json(args.out, result)
+    print(speed_markdown(result))
+
+
+def summarize_windows(windows: dict) -> dict:
+    out = {}
+    for lib, runs in windows.items():
+        values = [r["sps"] for r in runs if r.get("sps")]
+        out[lib] = {"best_sps": max(values) if values else None,
+                    "all_sps": [r.get("sps") for r in runs],
+                    "errors": [r["error"] for r in runs if "error" in r] or None,
+                    "windows": runs}
+    return out
+
+
+def write_json(path, data) -> None:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=1, default=str) + "\n")
+
+
+def speed_markdown(result: dict) -> str:
+    lines = ["### Training SPS (best of %d windows)" % result["windows"], "",
+             "| env | num_envs | horizon | minibatch | epochs | policy | Peregrine SPS | "
+             "SB3 SPS | Peregrine / SB3 |", "|---|---|---|---|---|---|---|---|---|"]
+    for key, row in result["train"].items():
+        s = result["settings"][key]
+        pg, sb = row["peregrine"]["best_sps"], row["sb3"]["best_sps"]
+        policy = "Nature CNN" if s["cnn"] else f"MLP {s['hidden']}x{s['layers']} tanh"
+        lines.append(f"| {s['env_id']} | {s['num_envs']} | {s['horizon']} | {s['minibatch']} | "
+                     f"{s['epochs']} | {policy} | {fmt(pg)} | {fmt(sb)} | {ratio(pg, sb)} |")
+    lines += ["", "### Env-only SPS, random actions (best of %d windows)" % result["windows"], ""]
+    backends = sorted({b for row in result["env_only"].values() for b in row},
+                      key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp"].index)
+    lines.append("| env | N | " + " | ".join(backends) + " | Peregrine / Async | "
+                 "Peregrine / Sync |")
+    lines.append("|---|---|" + "---|" * (len(backends) + 2))
+    for key, row in result["env_only"].items():
+        s = result["settings"][key]
+        best = {b: row[b]["best_sps"] for b in row}
+        lines.append(f"| {s['env_id']} | {s['env_only_num_envs']} | "
+                     + " | ".join(fmt(best.get(b)) for b in backends)
+                     + f" | {ratio(best.get('peregrine_mp'), best.get('gym_async'))} | "
+                     f"{ratio(best.get('peregrine_mp'), best.get('gym_sync'))} |")
+    for name, why in result.get("skipped", {}).items():
+        lines.append(f"\nskipped {name}: {why}")
+    return "\n".join(lines)
+
+
+def fmt(value) -> str:
+    return "-" if value is None else f"{value:,.0f}"
+
+
+def ratio(a, b) -> str:
+    return "-" if not a or not b else f"{a / b:.2f}x"
+
+
+# =============================================================================================
+# learn
+# =============================================================================================
+
+def moving_target_time(points: list, target: float, window: int = TARGET_WINDOW):
+    """First (seconds, step) at which the mean return of the last `window` episodes
+    reaches `target`; `points` are (seconds, step, [(count, mean), ...] of the episodes
+    since the previous point). Never reached -> (None, None)."""
+    history = []             # (count, mean) per point, oldest first
+    for seconds, step, chunks in points:
+        history.extend(chunks)
+        count, total = 0, 0.0
+        for episodes, mean in reversed(history):
+            take = min(episodes, window - count)
+            count += take
+            total += take * mean
+            if count >= window:
+                break
+        if count >= window and total / count >= target:
+            return seconds, step
+    return None, None
+
+
+def learn_peregrine(key: str, seed: int, steps: int, run_dir: Path, config_file: Path) -> dict:
+    from peregrine.train.config import load_config
+    from peregrine.train.run import train
+    env_name = f"gym:{ZOO_PPO[key]['env_id']}"
+    config = load_config(env_name, str(config_file), [("train.seed", seed),
+                                                      ("train.total_steps", steps),
+                                                      ("train.tensorboard", False)])
+    started = time.perf_counter()
+    summary = train(config, run_dir, overwrite=True)
+    wall = time.perf_counter() - started
+    records = [json.loads(line) for line in open(run_dir / "metrics.jsonl")]
+    records = [r for r in records if "global_step" in r]
+    points = [(r["elapsed"], r["global_step"],
+               [(r["episodes_this_update"], r["episode_return"])]
+               if r.get("episodes_this_update") else []) for r in records]
+    target = TARGETS[key]
+    target_seconds, target_step = moving_target_time(points, target)
+    final_curve = curve_mean(points)
+    out = subprocess.run([sys.executable, "-m", "peregrine.cli", "eval", "--policy", str(run_dir),
+                          "--episodes", "50", "--seed", str(EVAL_SEED), "--json"],
+                         capture_output=True, text=True, cwd=ROOT)
+    if out.returncode:
+        raise RuntimeError(f"peregrine eval failed: {out.stderr.strip()[-2000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    return {"eval_return": result["mean"]["episode_return"],
+            "eval_return_std": result["std"]["episode_return"],
+            "eval_episodes": result["episodes"],
+            "train_wall_seconds": wall, "train_loop_seconds": summary["elapsed"],
+            "sps": summary["sps"], "global_step": summary["global_step"],
+            "target": target, "target_seconds": target_seconds, "target_step": target_step,
+            "final_curve_return_100": final_curve,
+            "config": str(config_file.relative_to(ROOT)) if config_file.is_relative_to(ROOT)
+            else str(config_file)}
+
+
+def curve_mean(points, window: int = TARGET_WINDOW):
+    history = [c for _, _, chunks in points for c in chunks]
+    count, total = 0, 0.0
+    for episodes, mean in reversed(history):
+        take = min(episodes, window - count)
+        count, total = count + take, total + take * mean
+        if count >= window:
+            break
+    return total / count if count else None
+
+
+def learn_sb3(key: str, seed: int, steps: int) -> dict:
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
+    zoo = ZOO_PPO[key]
+    hyper = dict(zoo["hyperparams"])
+    target = TARGETS[key]
+
+    class Curve(BaseCallback):
+        """The training curve: at each rollout's end, SB3's own moving mean return over
+        the last 100 episodes (ep_info_buffer, from the Monitor wrappers)."""
+
+        def __init__(self):
+            super().__init__()
+            self.started = None
+            self.target_seconds = self.target_step = None
+            self.last = None
+
+        def _on_training_start(self):
+            self.started = time.perf_counter()
+
+        def _on_step(self):
+            return True
+
+        def _on_rollout_end(self):
+            buffer = self.model.ep_info_buffer
+            if buffer is not None and len(buffer) >= TARGET_WINDOW:
+                mean = float(np.mean([info["r"] for info in buffer]))
+                self.last = mean
+                if self.target_seconds is None and mean >= target:
+                    self.target_seconds = time.perf_counter() - self.started
+                    self.target_step = self.num_timesteps
+
+    started = time.perf_counter()
+    # rl-zoo's default vec_env is DummyVecEnv (one process); Monitor added by make_vec_env
+    venv = make_vec_env(GymThunk(zoo["env_id"], {}, []), n_envs=zoo["n_envs"], seed=seed,
+                        vec_env_cls=DummyVecEnv)
+    if zoo["normalize"]:
+        venv = VecNormalize(venv, gamma=hyper["gamma"])     # zoo: normalize_kwargs gamma
+    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hyper)
+    curve = Curve()
+    loop_started = time.perf_counter()
+    model.learn(steps, callback=curve)
+    loop = time.perf_counter() - loop_started
+    wall = time.perf_counter() - started
+    obs_rms = venv.obs_rms if zoo["normalize"] else None
+    venv.close()
+    returns = sb3_eval(model, zoo["env_id"], obs_rms, venv if zoo["normalize"] else None)
+    return {"eval_return": float(np.mean(returns)), "eval_return_std": float(np.std(returns)),
+            "eval_episodes": len(returns), "train_wall_seconds": wall,
+            "train_loop_seconds": loop, "sps": steps / loop, "global_step": model.num_timesteps,
+            "target": target, "target_seconds": curve.target_seconds,
+            "target_step": curve.target_step, "final_curve_return_100": curve.last,
+            "hyperparams": {**hyper, "n_envs": zoo["n_envs"], "normalize": zoo["normalize"],
+                            "vec_env": "DummyVecEnv",
+                            "source": "rl-baselines3-zoo hyperparams/ppo.yml"}}
+
+
+def sb3_eval(model, env_id: str, obs_rms, vecnorm, episodes: int = 50) -> list:
+    """Deterministic returns of `episodes` episodes, episode i reset with seed EVAL_SEED + i
+    (observations normalised with the training statistics, frozen)."""
+    import gymnasium
+    env = gymnasium.make(env_id)
+    returns = []
+    try:
+        for i in range(episodes):
+            obs, _ = env.reset(seed=EVAL_SEED + i)
+            total, done = 0.0, False
+            while not done:
+                x = obs if vecnorm is None else vecnorm.normalize_obs(obs)
+                action, _ = model.predict(x, deterministic=True)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total += float(reward)
+                done = terminated or truncated
+            returns.append(total)
+    finally:
+        env.close()
+    return returns
+
+
+def cmd_learn(args) -> None:
+    set_torch_threads()
+    seeds = [int(s) for s in args.seeds.split(",")]
+    libs = args.libs.split(",")
+    config_file = Path(args.config) if args.config else CONFIGS / f"{args.env}.toml"
+    run_root = Path(args.run_root)
+    for seed in seeds:
+        for lib in libs:
+            row = {"library": lib, "env": args.env, "env_id": ZOO_PPO[args.env]["env_id"],
+                   "seed": seed, "steps": args.steps, "tag": args.tag,
+                   "started": time.strftime("%Y-%m-%dT%H:%M:%S"),
+                   "loadavg_at_start": os.getloadavg()}
+            try:
+                if lib == "peregrine":
+                    row.update(learn_peregrine(args.env, seed, args.steps,
+                                               run_root / f"peregrine-{args.env}-s{seed}",
+                                               config_file))
+                elif lib == "sb3":
+                    row.update(learn_sb3(args.env, seed, args.steps))
+                else:
+                    raise ValueError(f"unknown library {lib!r}")
+            except Exception:  # noqa: BLE001 - recorded, the next run goes on
+                import traceback
+                row["error"] = traceback.format_exc()
+                print(row["error"], file=sys.stderr)
+            Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+            with open(args.out, "a") as handle:
+                handle.write(json.dumps(row) + "\n")
+            print(json.dumps({k: row.get(k) for k in ("library", "env", "seed", "eval_return",
+                                                       "train_wall_seconds", "target_seconds",
+                                                       "error")}), flush=True)
+
+
+# =============================================================================================
+# summary
+# =============================================================================================
+
+def cmd_summary(args) -> None:
+    rows = []
+    for path in args.files:
+        rows += [json.loads(line) for line in open(path) if line.strip()]
+    if args.tag is not None:
+        rows = [r for r in rows if r.get("tag") == args.tag]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["env"], r["library"], r["steps"], r.get("tag") or ""), []).append(r)
+    lines = ["| env | library | steps | tag | seed | eval return (50 ep) | train wall s | "
+             "wall s to target | step at target |", "|---|---|---|---|---|---|---|---|---|"]
+    for (env, lib, steps, tag), group in sorted(groups.items()):
+        group.sort(key=lambda r: r["seed"])
+        for r in group:
+            if "error" in r:
+                lines.append(f"| {env} | {lib} | {steps:,} | {tag} | {r['seed']} | ERROR | | | |")
+                continue
+            lines.append(f"| {env} | {lib} | {steps:,} | {tag} | {r['seed']} | {r['eval_return']:.1f} | "
+                         f"{opt(r['train_wall_seconds'], '-')} | {opt(r['target_seconds'])} | "
+                         f"{opt(r['target_step'])} |")
+        ok = [r for r in group if "error" not in r]
+        if ok:
+            evals = [r["eval_return"] for r in ok]
+            walls = [r["train_wall_seconds"] for r in ok if r["train_wall_seconds"] is not None]
+            hits = [r["target_seconds"] for r in ok if r["target_seconds"] is not None]
+            lines.append(f"| {env} | {lib} | {steps:,} | {tag} | **median / worst (n={len(ok)})** | "
+                         f"**{statistics.median(evals):.1f} / {min(evals):.1f}** | "
+                         + (f"{statistics.median(walls):.0f} / {max(walls):.0f} | " if walls
+                            else "- | ")
+                         + f"{len(hits)}/{len(ok)} reached"
+                         + (f", median {statistics.median(hits):.0f}" if hits else "")
+                         + " | |")
+    print("\n".join(lines))
+
+
+def opt(value, none: str = "never") -> str:
+    if value is None:
+        return none
+    return f"{value:,.0f}"
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    speed = sub.add_parser("speed", help="training and env-only SPS")
+    speed.add_argument("--out", required=True, help="JSON file to write")
+    speed.add_argument("--envs", default="lunarlander,halfcheetah,pong",
+                       help=f"comma list of {list(SPEED_SETUPS)}")
+    speed.add_argument("--windows", type=int, default=3)
+    speed.add_argument("--env-num-envs", type=int, default=8,
+                       help="N envs for the env-only comparison")
+    speed.add_argument("--no-puffer", action="store_true")
+    speed.add_argument("--skip-train", action="store_true")
+    speed.set_defaults(func=cmd_speed)
+    learn = sub.add_parser("learn", help="learning curves and final returns")
+    learn.add_argument("--env", required=True, choices=sorted(ZOO_PPO))
+    learn.add_argument("--seeds", required=True, help="comma list, e.g. 1,2,3,4,5")
+    learn.add_argument("--steps", type=int, required=True)
+    learn.add_argument("--libs", default="peregrine,sb3")
+    learn.add_argument("--config", default=None,
+                       help="Peregrine config (default benchmarks/configs/<env>.toml)")
+    learn.add_argument("--run-root", default=os.path.join(tempfile.gettempdir(),
+                                                          "bench_emulated_runs"),
+                       help="where Peregrine's run directories go (not the repository)")
+    learn.add_argument("--tag", default=None, help="free label stored in each row")
+    learn.add_argument("--out", required=True, help="JSONL file to append to")
+    learn.set_defaults(func=cmd_learn)
+    summary = sub.add_parser("summary", help="markdown table of learn JSONL files")
+    summary.add_argument("files", nargs="+")
+    summary.add_argument("--tag", default=None)
+    summary.set_defaults(func=cmd_summary)
+    args = parser.parse_args(argv)
+    args.func(args)
+
+
+if __name__ == "__main__":
+    main()
