@@ -67,11 +67,16 @@ def run(args) -> int:
                              check_world=not world["explicit"])
         if not hasattr(renderer, "render_episode"):
             return _frames_of_native(env, policy, renderer, args)
-        result = renderer.render_episode(env, policy, args.out, max_steps=args.steps,
-                                         every=args.every, size=args.size, frame_ms=args.frame_ms)
+        from ..envs.raster import written_atomically
+        # Whatever the renderer module does with the path (a plugin's too), the
+        # output reaches --out by a rename: Ctrl-C never leaves it half-written.
+        with written_atomically(args.out) as temporary:
+            result = renderer.render_episode(env, policy, temporary, max_steps=args.steps,
+                                             every=args.every, size=args.size,
+                                             frame_ms=args.frame_ms)
     finally:
         env.close()
-    print(f"wrote {result['path']}: {result['frames']} frames, {result['steps']} steps, "
+    print(f"wrote {args.out}: {result['frames']} frames, {result['steps']} steps, "
           f"delivered {result['delivered']}")
     return 0
 
