@@ -23,9 +23,24 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture
 def cache(tmp_path, monkeypatch):
+    """A cache of this test's own; the envs it loads are forgotten afterwards, so that
+    later tests see only the built-in envs."""
     folder = tmp_path / "cache"
     monkeypatch.setenv("PEREGRINE_CACHE", str(folder))
-    return folder / "native"
+    before = set(registry.ENVS)
+    yield folder / "native"
+    for name in set(registry.ENVS) - before:
+        registry.unload(name)
+
+
+def test_unload_forgets_a_loaded_env_only(cache, cartpole_copy):
+    registry.load(cartpole_copy, name="my_cartpole")
+    registry.unload("my_cartpole")
+    assert "my_cartpole" not in registry.ENVS
+    with pytest.raises(ValueError, match="unknown env"):
+        peregrine.make("my_cartpole")
+    with pytest.raises(ValueError, match="was not loaded"):
+        registry.unload("cartpole")
 
 
 @pytest.fixture

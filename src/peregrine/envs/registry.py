@@ -210,6 +210,17 @@ def load(header: str | os.PathLike[str], name: str | None = None, **attributes: 
     return cls
 
 
+def unload(name: str) -> None:
+    """Forgets env `name` that `load` registered in this process (a built-in or plugin
+    env cannot be unloaded). Instances already made keep working."""
+    if name not in _LOADED:
+        raise ValueError(f"{name!r} was not loaded with peregrine.envs.load")
+    cls = _LOADED.pop(name)
+    if getattr(loaded, cls.__name__, None) is cls:
+        delattr(loaded, cls.__name__)
+    ENVS.refresh()
+
+
 def parallel_env(name: str, render_mode: str | None = None, **config: Any):
     """One instance of native env `name` as a PettingZoo ParallelEnv, one agent a row:
     the env package's own `parallel_env` where it has one (DroneSwarm's), else the
