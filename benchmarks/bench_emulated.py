@@ -305,7 +305,9 @@ def cmd_speed(args) -> None:
         result["skipped"]["pufferlib"] = puffer_error
     with tempfile.TemporaryDirectory(prefix="bench_emulated_") as tmp:
         for key in envs:
-            setup = SPEED_SETUPS[key]
+            setup = dict(SPEED_SETUPS[key])
+            if args.num_envs is not None:       # both libraries' training envs
+                setup["num_envs"] = args.num_envs
             result["settings"][key] = {k: v for k, v in setup.items()}
             result["settings"][key]["env_only_num_envs"] = args.env_num_envs
             windows = {"peregrine": [], "sb3": []}
@@ -652,6 +654,8 @@ def main(argv=None) -> None:
     speed.add_argument("--windows", type=int, default=3)
     speed.add_argument("--env-num-envs", type=int, default=8,
                        help="N envs for the env-only comparison")
+    speed.add_argument("--num-envs", type=int, default=None,
+                       help="training envs for both libraries (default: each setup's 4)")
     speed.add_argument("--no-puffer", action="store_true")
     speed.add_argument("--skip-train", action="store_true")
     speed.set_defaults(func=cmd_speed)
