@@ -111,35 +111,12 @@ def set_torch_threads() -> None:
     torch.set_num_threads(1)
 
 
-def register_ale() -> None:
-    try:
-        import ale_py
-        import gymnasium
-        gymnasium.register_envs(ale_py)
-    except ImportError:
-        pass
-
-
-def make_gym(env_id: str, kwargs: dict, wrappers: list, render_mode=None):
-    """One Gymnasium env with `wrappers` ([{name, ARG...}] of gymnasium.wrappers) applied."""
-    import gymnasium
-    import gymnasium.wrappers as gw
-    register_ale()
-    env = gymnasium.make(env_id, **kwargs)
-    for wrapper in wrappers:
-        args = {k: v for k, v in wrapper.items() if k != "name"}
-        env = getattr(gw, wrapper["name"])(env, **args)
-    return env
-
-
-class GymThunk:
-    """Picklable env constructor (for spawned SubprocVecEnv / AsyncVectorEnv workers)."""
-
-    def __init__(self, env_id, kwargs, wrappers):
-        self.env_id, self.kwargs, self.wrappers = env_id, kwargs, wrappers
-
-    def __call__(self):
-        return make_gym(self.env_id, self.kwargs, self.wrappers)
+def gym_factory(env_id: str, kwargs: dict, wrappers: list):
+    """A picklable maker of one Gymnasium env with `wrappers` applied (for spawned
+    SubprocVecEnv / AsyncVectorEnv workers): Peregrine's own EnvFactory, so both
+    libraries step the very same env."""
+    from peregrine.vector.sources import EnvFactory
+    return EnvFactory(f"gym:{env_id}", kwargs, wrappers)
 
 
 # =============================================================================================
@@ -190,7 +167,7 @@ def sb3_train_sps(setup: dict, seed: int) -> dict:
     from stable_baselines3.common.vec_env import SubprocVecEnv
     import torch
     batch = setup["num_envs"] * setup["horizon"]
-    venv = make_vec_env(GymThunk(setup["env_id"], setup["kwargs"], setup["wrappers"]),
+    venv = make_vec_env(gym_factory(setup["env_id"], setup["kwargs"], setup["wrappers"]),
                         n_envs=setup["num_envs"], seed=seed, vec_env_cls=SubprocVecEnv,
                         vec_env_kwargs={"start_method": "spawn"})
     try:
@@ -233,11 +210,17 @@ def peregrine_env_sps(setup, num_envs, steps, warmup=20) -> float:
     import peregrine.vector as pv
     env = pv.make(f"gym:{setup['env_id']}", backend="multiprocessing", num_envs=num_envs,
                   num_workers=2, seed=0, wrappers=setup["wrappers"], **setup["kwargs"])
+    return stepped_sps(env, num_envs, steps, warmup)
+
+
+def stepped_sps(env, num_envs, steps, warmup) -> float:
+    """Env steps per second of a vector env stepped with random actions of its own
+    action dtype, after `warmup` steps; the env is closed afterwards."""
     try:
-        env.reset()
+        env.reset(seed=0)
         actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
                                  steps + warmup)
-        actions = [a.astype(env.single_action_space.dtype) for a in actions]
+        actions = [np.asarray(a).astype(env.single_action_space.dtype) for a in actions]
         seconds = time_steps(env.step, actions, warmup)
     finally:
         env.close()
@@ -246,20 +229,13 @@ def peregrine_env_sps(setup, num_envs, steps, warmup=20) -> float:
 
 def gymnasium_env_sps(setup, num_envs, steps, asynchronous: bool, warmup=20) -> float:
     import gymnasium
-    thunks = [GymThunk(setup["env_id"], setup["kwargs"], setup["wrappers"])
+    thunks = [gym_factory(setup["env_id"], setup["kwargs"], setup["wrappers"])
               for _ in range(num_envs)]
     if asynchronous:
         env = gymnasium.vector.AsyncVectorEnv(thunks, context="spawn")
     else:
         env = gymnasium.vector.SyncVectorEnv(thunks)
-    try:
-        env.reset(seed=0)
-        actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
-                                 steps + warmup)
-        seconds = time_steps(env.step, actions, warmup)
-    finally:
-        env.close()
-    return num_envs * steps / seconds
+    return stepped_sps(env, num_envs, steps, warmup)
 
 
 def pufferlib_env_sps(setup, num_envs, steps, warmup=20) -> float:
@@ -267,14 +243,7 @@ def pufferlib_env_sps(setup, num_envs, steps, warmup=20) -> float:
     creator = PufferCreator(setup)
     env = pufferlib.vector.make(creator, backend=pufferlib.vector.Multiprocessing,
                                 num_envs=num_envs, num_workers=2)
-    try:
-        env.reset(seed=0)
-        actions = random_actions(env.single_action_space, num_envs, np.random.default_rng(0),
-                                 steps + warmup)
-        seconds = time_steps(env.step, actions, warmup)
-    finally:
-        env.close()
-    return num_envs * steps / seconds
+    return stepped_sps(env, num_envs, steps, warmup)
 
 
 class PufferCreator:
@@ -283,7 +252,7 @@ class PufferCreator:
 
     def __call__(self, buf=None, seed=0):
         import pufferlib.emulation
-        env = make_gym(self.setup["env_id"], self.setup["kwargs"], self.setup["wrappers"])
+        env = gym_factory(self.setup["env_id"], self.setup["kwargs"], self.setup["wrappers"])()
         return pufferlib.emulation.GymnasiumPufferEnv(env=env, buf=buf, seed=seed)
 
 
@@ -535,7 +504,7 @@ def learn_sb3(key: str, seed: int, steps: int) -> dict:
 
     started = time.perf_counter()
     # rl-zoo's default vec_env is DummyVecEnv (one process); Monitor added by make_vec_env
-    venv = make_vec_env(GymThunk(zoo["env_id"], {}, []), n_envs=zoo["n_envs"], seed=seed,
+    venv = make_vec_env(gym_factory(zoo["env_id"], {}, []), n_envs=zoo["n_envs"], seed=seed,
                         vec_env_cls=DummyVecEnv)
     if zoo["normalize"]:
         venv = VecNormalize(venv, gamma=hyper["gamma"])     # zoo: normalize_kwargs gamma

@@ -39,15 +39,15 @@ def curve(run_dir: Path) -> list[float]:
 
 
 def doorkey_success(run_dir: Path, episodes: int = 100) -> float:
-    """The checkpoint's deterministic actor on fresh episodes of the env it was trained on."""
+    """The checkpoint's actor (actions sampled, as in training) on fresh episodes of the
+    env it was trained on."""
     from peregrine.train.checkpoint import env_kwargs, load_actor
     from peregrine.vector.emulation import emulate
     from peregrine.vector.sources import EnvFactory
-    name, keywords = env_kwargs(run_dir)
-    wrappers = keywords.pop("wrappers", ())
+    factory = EnvFactory.from_keywords(*env_kwargs(run_dir))
     successes, actor = 0, None
     for episode in range(episodes):
-        unit = emulate(EnvFactory(name, keywords, wrappers)(), seed=10_000 + episode)
+        unit = emulate(factory(), seed=10_000 + episode)
         if actor is None:       # feed-forward: no state to reset between episodes
             import torch
             actor = load_actor(run_dir, unit)

@@ -215,3 +215,13 @@ def _has_nvrtc() -> bool:
         return True
     except (ImportError, RuntimeError, OSError):
         return False
+
+
+def test_a_loaded_envs_renderer_reaches_the_gymnasium_export(cache, cartpole_copy):
+    """A plugin or loaded env draws with its class's `renderer`, not only the built-ins'."""
+    import gymnasium
+    registry.load(cartpole_copy, name="my_cartpole", renderer="peregrine.envs.cartpole.render")
+    env = gymnasium.make_vec("peregrine/my_cartpole", num_envs=2, render_mode="rgb_array")
+    env.reset(seed=0)
+    assert env.metadata["render_fps"] == 50 and len(env.render()) == 2
+    env.close()

@@ -170,7 +170,7 @@ def test_render_fps_needs_no_drawing_module():
 
 
 def test_render_fps_computed_in_the_module_is_read_by_importing_it(tmp_path, monkeypatch):
-    from peregrine.vector.export import _render_fps
+    from peregrine.envs.native.drawing import render_fps as _render_fps
     (tmp_path / "computed_fps_renderer.py").write_text("TAU = 0.04\nRENDER_FPS = round(1 / TAU)\n")
     (tmp_path / "literal_fps_renderer.py").write_text("RENDER_FPS = 24  # a literal\n")
     monkeypatch.syspath_prepend(str(tmp_path))

@@ -165,8 +165,7 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
     keywords = emulated_env_keywords(env_name, policy, config)
-    wrappers = keywords.pop("wrappers", ())
-    factory = EnvFactory(env_name, keywords, wrappers)
+    factory = EnvFactory.from_keywords(env_name, keywords)
     count, names, mean, std = _run_rounds(
         episodes, num_envs, seed,
         lambda instances, round_seed: vector.make(factory, backend="serial", num_envs=instances,
@@ -175,8 +174,9 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
         lambda env, bound, round_seed: _first_emulated_episodes(env, bound, round_seed))
     label = _label(policy)
     return {"env": env_name, "policy": label, "preset": None,
-            "world": f"keywords {keywords}" + (f", wrappers {wrappers}" if wrappers else ""),
-            "env_config": dict(keywords), "seed": int(seed), "episodes": count,
+            "world": f"keywords {factory.kwargs}" + (f", wrappers {factory.wrappers}"
+                                                     if factory.wrappers else ""),
+            "env_config": dict(factory.kwargs), "seed": int(seed), "episodes": count,
             "mean": {n: float(v) for n, v in zip(names, mean)},
             "std": {n: float(v) for n, v in zip(names, std)}}
 
@@ -215,8 +215,10 @@ def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, f
 
 def _first_emulated_episodes(env, policy, seed: int, max_steps: int = DEFAULT_MAX_EPISODE_STEPS):
     """(count, sums, squares) of every unit's first episode: each emulated env records
-    the episodes it finishes, and one step finishes at most one per env."""
+    the episodes it finishes, and one step finishes at most one per env. Only the
+    units with a row that ended this step are asked (an episode's end flags a row)."""
     units = [unit for block in env.blocks for unit in block.units]
+    rows = env.agents_per_env          # one emulated env per unit: its rows, in order
     sums = squares = None
     finished = np.zeros(len(units), bool)
     observations, _ = env.reset(seed=seed)
@@ -229,9 +231,10 @@ def _first_emulated_episodes(env, policy, seed: int, max_steps: int = DEFAULT_MA
             actions.reshape(env.action_space.shape))
         if observe_done is not None:
             observe_done(terminals, truncations)
-        for index, unit in enumerate(units):
-            stats = unit.episode_stats(clear=True)
-            if stats.count and not finished[index]:
+        ended = (terminals | truncations).reshape(len(units), rows).any(1) & ~finished
+        for index in np.flatnonzero(ended):
+            stats = units[index].episode_stats(clear=True)
+            if stats.count:
                 values = np.array([stats.mean[name] for name in env.stat_names])
                 sums = values if sums is None else sums + values
                 squares = values ** 2 if squares is None else squares + values ** 2

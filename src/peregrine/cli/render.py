@@ -66,7 +66,7 @@ def run(args) -> int:
         policy = make_policy(args.env, args.policy, env, seed=args.seed,
                              check_world=not world["explicit"])
         if not hasattr(renderer, "render_episode"):
-            return _frames_of_native(env, policy, renderer, args)
+            return _frames_of_native(env, policy, module, args)
         from ..envs.raster import written_atomically
         # Whatever the renderer module does with the path (a plugin's too), the
         # output reaches --out by a rename: Ctrl-C never leaves it half-written.
@@ -81,36 +81,45 @@ def run(args) -> int:
     return 0
 
 
-def _frames_of_native(env, policy, renderer, args) -> int:
-    """One episode of instance 0 drawn by the renderer's rgb_frame(env, 0, size)."""
+def _episode_frames(batch, policy, draw, every: int, limit: int) -> tuple[list, int]:
+    """(frames, steps) of the episode a one-instance batch (a native batch, or one
+    emulated env) has just begun: `draw()` before the first step and every `every`
+    steps, up to the episode's end (not after it: the instance has reset by then, and
+    a PettingZoo episode ends when its last agent does, not its first)."""
     import numpy as np
-    import inspect
-    sized = "size" in inspect.signature(renderer.rgb_frame).parameters
-
-    def frame():
-        return renderer.rgb_frame(env, 0, size=args.size) if sized else renderer.rgb_frame(env, 0)
-    observations, _ = env.reset(seed=args.seed)
-    env.episode_stats(clear=True)
-    frames, steps = [frame()], 0
+    batch.episode_stats(clear=True)
+    observations, frames, steps = batch.observations, [draw()], 0
     observe_done = getattr(policy, "observe_done", None)
-    limit = args.steps or int(env.config.get("max_steps", 100_000))
     while steps < limit:
-        actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
-        observations, _, terminals, truncations, _ = env.step(
-            actions.reshape(env.action_space.shape))
+        actions = np.ascontiguousarray(policy(observations), dtype=batch.actions.dtype)
+        observations, _, terminals, truncations, _ = batch.step(
+            actions.reshape(batch.actions.shape))
         steps += 1
         if observe_done is not None:
             observe_done(terminals, truncations)
-        if (terminals | truncations).any():
-            break       # the instance has reset already: its last frame is the one before
-        if steps % args.every == 0:
-            frames.append(frame())
-    stats = env.episode_stats(clear=True)
+        if batch.episode_stats(clear=False).count:
+            break
+        if steps % every == 0:
+            frames.append(draw())
+    return frames, steps
+
+
+def _finish(args, frames, steps, stats) -> int:
     write_gif(frames, args.out, args.frame_ms)
     ended = ", ".join(f"{name} {value:.2f}" for name, value in stats.mean.items()) \
         if stats.count else "episode not finished"
     print(f"wrote {args.out}: {len(frames)} frames, {steps} steps, {ended}")
     return 0
+
+
+def _frames_of_native(env, policy, module_name, args) -> int:
+    """One episode of instance 0 drawn by the renderer's rgb_frame."""
+    from ..envs.native import drawing
+    env.reset(seed=args.seed)
+    frames, steps = _episode_frames(
+        env, policy, lambda: drawing.frame(module_name, env, 0, args.size), args.every,
+        args.steps or int(env.config.get("max_steps", 100_000)))
+    return _finish(args, frames, steps, env.episode_stats(clear=True))
 
 
 def _run_emulated(args) -> int:
@@ -125,37 +134,20 @@ def _run_emulated(args) -> int:
         raise ValueError("--preset applies to native envs; an emulated env takes "
                          "--env.KEY VALUE (its make's keywords)")
     _, fields = world_overrides(args)
-    keywords = emulated_env_keywords(args.env, args.policy, fields)
-    wrappers = keywords.pop("wrappers", ())
-    keywords.setdefault("render_mode", "rgb_array")
-    unit = emulate(EnvFactory(args.env, keywords, wrappers)(), seed=args.seed)
+    keywords = {"render_mode": "rgb_array",
+                **emulated_env_keywords(args.env, args.policy, fields)}
+    unit = emulate(EnvFactory.from_keywords(args.env, keywords)(), seed=args.seed)
     try:
         policy = make_policy(args.env, args.policy, unit, seed=args.seed)
-        frames, steps = [unit.env.render()], 0
-        limit = args.steps or 1_000_000
-        while steps < limit:
-            actions = np.ascontiguousarray(policy(unit.observations), dtype=unit.actions.dtype)
-            unit.step(actions.reshape(unit.actions.shape))
-            steps += 1
-            observe_done = getattr(policy, "observe_done", None)
-            if observe_done is not None:
-                observe_done(unit.terminals, unit.truncations)
-            ended = unit.episode_stats(clear=False).count > 0
-            if steps % args.every == 0 or ended:
-                frames.append(unit.env.render())
-            if ended:
-                break
+        frames, steps = _episode_frames(unit, policy, unit.env.render, args.every,
+                                        args.steps or 1_000_000)
         stats = unit.episode_stats(clear=True)
     finally:
         unit.close()
     if frames[0] is None or not isinstance(frames[0], np.ndarray):
         raise ValueError(f"{args.env} drew no frame: it needs render_mode='rgb_array' "
                          f"(--env.render_mode rgb_array) and an env that supports it")
-    write_gif(frames, args.out, args.frame_ms)
-    ended_text = (f"return {stats.mean['episode_return']:.1f}" if stats.count
-                  else "episode not finished")
-    print(f"wrote {args.out}: {len(frames)} frames, {steps} steps, {ended_text}")
-    return 0
+    return _finish(args, frames, steps, stats)
 
 
 def write_gif(frames, out_path, frame_ms: int) -> None:

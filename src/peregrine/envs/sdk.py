@@ -50,6 +50,15 @@ def get_include() -> str:
     return str(NATIVE_DIR)
 
 
+def include_dirs(header: Path, native_dir: Path = NATIVE_DIR,
+                 envs_dir: Path = ENVS_DIR) -> list[Path]:
+    """Where an env header's #includes are found, for every build of it (the C
+    extension, the run-time build, NVRTC, the layout audits): its own folder, the
+    SDK, and the envs folder for headers one built-in env borrows from another
+    ("../mountain_car/...")."""
+    return [Path(header).parent, native_dir, envs_dir]
+
+
 def compile_args() -> list[str]:
     args = ["-O3", "-Wall", "-Wextra", "-std=c11", "-D_GNU_SOURCE",
             "-ffp-contract=off", "-fno-math-errno", "-fvisibility=hidden"]
@@ -84,7 +93,7 @@ def binding_source(name: str, header: str) -> str:
 
 
 def extension(name: str, header: str | os.PathLike[str], module: str | None = None,
-              sources_dir: str | os.PathLike[str] | None = None, include_dirs=()):
+              sources_dir: str | os.PathLike[str] | None = None, extra_includes=()):
     """The setuptools Extension of env `name` from its header.
 
     `module`: the extension's import name (default `<name>._<name>`, next to the
@@ -100,10 +109,7 @@ def extension(name: str, header: str | os.PathLike[str], module: str | None = No
     if not source.exists() or source.read_text() != text:
         source.write_text(text)
     return Extension(module or f"{name}._{name}", sources=[str(source)],
-                     # the env's folder, the SDK, and the envs folder for headers one
-                     # built-in env borrows from another ("../mountain_car/...")
-                     include_dirs=[str(header.parent), get_include(), str(ENVS_DIR),
-                                   *map(str, include_dirs)],
+                     include_dirs=[*map(str, include_dirs(header)), *map(str, extra_includes)],
                      depends=sorted({str(header), *map(str, NATIVE_DIR.glob("*.h"))}),
                      extra_compile_args=compile_args(), extra_link_args=link_args(),
                      libraries=["m"])
@@ -184,7 +190,7 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
     folder.mkdir(parents=True, exist_ok=True)
     source = folder / f"_{name}.c"
     source.write_text(binding_source(name, str(header)))
-    includes = [header.parent, NATIVE_DIR, ENVS_DIR, Path(sysconfig.get_paths()["include"])]
+    includes = [*include_dirs(header), Path(sysconfig.get_paths()["include"])]
     temporary = target.with_name(f"{target.name}.tmp{os.getpid()}")
     command = [compiler(), *flags, *(f"-I{path}" for path in includes), str(source),
                "-o", str(temporary), *link_args(), "-lm"]

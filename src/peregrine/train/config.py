@@ -177,9 +177,7 @@ class Config:
     def env_source(self):
         """What makes one env of an emulated run: a vector.sources.EnvFactory."""
         from ..vector.sources import EnvFactory
-        kwargs = self.env_kwargs
-        wrappers = kwargs.pop("wrappers", ())
-        return EnvFactory(self.env_factory or self.env_name, kwargs, wrappers)
+        return EnvFactory.from_keywords(self.env_factory or self.env_name, self.env_kwargs)
 
     def to_dict(self) -> dict[str, dict[str, Any]]:
         return {"env": dict(self.env), **{name: dataclasses.asdict(getattr(self, name))

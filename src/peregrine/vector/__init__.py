@@ -67,9 +67,7 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
     **config: the env's config fields (and preset=) for a registered name.
     """
     if isinstance(env, str) and not is_native_name(env):
-        wrappers = config.pop("wrappers", ())
-        env = EnvFactory(env, config, wrappers)
-        config = {}
+        env, config = EnvFactory.from_keywords(env, config), {}
     if backend is None:
         backend = "native" if isinstance(env, str) else "serial"
     if backend not in BACKENDS:

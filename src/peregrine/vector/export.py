@@ -11,7 +11,7 @@ agents of a multi-agent env) still appear; the Gymnasium adapter puts
 `masks` in infos, SB3 has no notion of them.
 
 All three carry metadata["render_fps"], the frame rate of their env's
-renderer (the registry's RENDERERS), whatever their render_mode: video
+renderer (the registry's, or a plugin class's), whatever their render_mode: video
 recorders read it (Gymnasium's RecordVideo, SB3's VecVideoRecorder).
 
 Every row of a batch shares the batch's attributes and methods, so the
@@ -23,10 +23,6 @@ rows, is refused with an error saying so.
 """
 from __future__ import annotations
 
-import ast
-import functools
-import importlib
-import importlib.util
 import time
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +31,8 @@ from gymnasium import Env, spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..envs.native.batch import IndependentCopies, UnknownKeywordError
-from ..envs.registry import RENDERERS, env_class
+from ..envs.native import drawing
+from ..envs.registry import ENVS, env_class, renderer
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
     from stable_baselines3.common.vec_env import VecEnv
@@ -58,46 +55,17 @@ def _as_actions(env, actions):
 
 # ---- rendering ------------------------------------------------------------------------
 
-class _Renderer:
-    """The drawing module of an env (the registry's RENDERERS), held by name so
-    that the adapters holding it stay picklable."""
-
-    def __init__(self, module_name: str) -> None:
-        self.module_name = module_name
-
-    @property
-    def module(self):
-        return importlib.import_module(self.module_name)
-
-
-@functools.lru_cache(maxsize=None)
-def _render_fps(module_name: str) -> int:
-    """RENDER_FPS of a drawing module, read from its source without running it.
-
-    Every export states its fps in metadata whatever its render_mode, and a
-    drawing module may import what only drawing needs (drone_swarm's imports
-    Pillow, which the core install lacks): an env made without a render_mode
-    must neither need that nor pay for importing it. A module whose source
-    cannot be read (or that computes the value) is imported instead."""
-    spec = importlib.util.find_spec(module_name)
-    source = spec.loader.get_source(module_name) if spec is not None and spec.loader else None
-    if source is not None:
-        for node in ast.parse(source).body:
-            if isinstance(node, ast.Assign) and any(
-                    isinstance(target, ast.Name) and target.id == "RENDER_FPS"
-                    for target in node.targets):
-                try:
-                    return ast.literal_eval(node.value)
-                except ValueError:
-                    break
-    return importlib.import_module(module_name).RENDER_FPS
+def _renderer_module(env) -> str | None:
+    """The drawing module of the env (the registry's, a plugin class's `renderer`);
+    None for an env without one (a Python env in a backend)."""
+    name = getattr(env, "name", None)
+    return renderer(name) if isinstance(name, str) and name in ENVS else None
 
 
 def _renderer_fps(env) -> int | None:
-    """The fps of the env's renderer; None for an env without one (a Python
-    env in a backend)."""
-    module_name = RENDERERS.get(getattr(env, "name", None))
-    return None if module_name is None else _render_fps(module_name)
+    """The fps of the env's renderer; None for an env without one."""
+    module_name = _renderer_module(env)
+    return None if module_name is None else drawing.render_fps(module_name)
 
 
 def _render_metadata(env) -> dict:
@@ -113,7 +81,7 @@ def _render_metadata(env) -> dict:
 
 
 def _renderer(env, render_mode):
-    """The env's _Renderer, or None when render_mode is None.
+    """The name of the env's drawing module, or None when render_mode is None.
 
     An env that cannot draw refuses render_mode with a TypeError, as an env
     whose constructor takes no render_mode does: callers that ask for frames
@@ -123,11 +91,11 @@ def _renderer(env, render_mode):
         return None
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
-    module_name = RENDERERS.get(getattr(env, "name", None))
+    module_name = _renderer_module(env)
     if module_name is None or not hasattr(env, "get_state"):
         raise TypeError(f"render_mode='rgb_array' needs a native batch (peregrine.make) of an "
                         f"env that can draw itself; {type(env).__name__} cannot")
-    return _Renderer(module_name)
+    return module_name      # held by name, so the adapters holding it stay picklable
 
 
 def _frames(env, renderer):
@@ -137,14 +105,13 @@ def _frames(env, renderer):
     are the same picture."""
     if renderer is None:
         return None
-    module = renderer.module
     frames = []
     for instance in range(env.num_envs):
-        frame = module.rgb_frame(env, instance)
+        frame = drawing.frame(renderer, env, instance)
         if env.agents_per_env == 1:
             frames.append(frame)
         else:
-            frames.extend(module.agent_frames(env, instance, frame))
+            frames.extend(drawing.agent_frames(renderer, env, instance, frame))
     return tuple(frames)
 
 

@@ -190,6 +190,14 @@ class EnvFactory:
         self.function = None
         self.__name__ = env
 
+    @classmethod
+    def from_keywords(cls, env: str | Callable, keywords: dict | None = None) -> "EnvFactory":
+        """The factory of an [env] section's keywords: make's arguments, with the
+        wrappers under "wrappers" (as config files and checkpoints record them)."""
+        kwargs = dict(keywords or {})
+        wrappers = kwargs.pop("wrappers", ())
+        return cls(env, kwargs, wrappers)
+
     def __repr__(self) -> str:
         return f"EnvFactory({self.name or self.__name__!r}, kwargs={self.kwargs!r}, " \
                f"wrappers={self.wrappers!r})"

@@ -34,8 +34,11 @@ def leaves(space, path=()):
     elif isinstance(space, _LEAVES):
         yield path, space
     else:
-        raise ValueError(f"cannot flatten space {space!r}: supported are Box, Discrete, "
-                         "MultiDiscrete, MultiBinary and Dict/Tuple nestings of them")
+        where = f" (at {'/'.join(map(str, path))})" if path else ""
+        raise ValueError(f"cannot flatten space {space!r}{where}: supported are Box, Discrete, "
+                         "MultiDiscrete, MultiBinary and Dict/Tuple nestings of them; drop a "
+                         "Dict key the policy cannot read with env.wrappers = [{name = "
+                         "\"FilterObservation\", filter_keys = [...]}]")
 
 
 def _leaf_bounds(leaf):

@@ -29,11 +29,11 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
-import sysconfig
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .. import sdk
 from . import compiler
 
 # The GPU target whose resources are recorded: the H100 (compute capability 9.0).
@@ -50,12 +50,12 @@ class LayoutToolMissing(RuntimeError):
 
 
 def host_compiler() -> str:
-    """The compiler the extension is built with (sysconfig's CC), else cc/gcc."""
-    configured = (sysconfig.get_config_var("CC") or "").split()
-    for candidate in (configured[:1] or []) + ["cc", "gcc"]:
-        if shutil.which(candidate):
-            return candidate
-    raise LayoutToolMissing("no C compiler found (sysconfig CC, cc, gcc)")
+    """The C compiler the SDK builds env headers with (envs/sdk.py: CC, Python's own,
+    cc, gcc, clang); LayoutToolMissing when there is none."""
+    try:
+        return sdk.compiler()
+    except sdk.NativeBuildError as missing:
+        raise LayoutToolMissing(str(missing)) from None
 
 
 def _host_include_flags(name: str) -> list[str]:

@@ -28,8 +28,10 @@ import hashlib
 import os
 from pathlib import Path
 
-ENVS_DIR = Path(__file__).resolve().parents[1]   # src/peregrine/envs
-NATIVE_DIR = ENVS_DIR / "native"
+from .. import sdk
+
+ENVS_DIR = sdk.ENVS_DIR        # module globals, so a test can point them at a copy
+NATIVE_DIR = sdk.NATIVE_DIR
 OPTIONS = ("--fmad=false", "--prec-div=true", "--prec-sqrt=true", "--ftz=false", "-std=c++17")
 # An architecture every NVRTC of CUDA 12 and 13 accepts, for the GPU-less check.
 CHECK_ARCH = "compute_90"
@@ -94,9 +96,7 @@ def kernel_source(name: str) -> str:
 
 
 def _include_dirs(name: str) -> list[Path]:
-    # Like setup.py: the env's own folder, the shared native folder, and the envs
-    # folder for headers one env borrows from another ("../mountain_car/...").
-    return [header_path(name).parent, NATIVE_DIR, ENVS_DIR]
+    return sdk.include_dirs(header_path(name), NATIVE_DIR, ENVS_DIR)
 
 
 def source_digest(name: str, arch: str) -> str:

@@ -28,8 +28,6 @@ envs over a new batch in the same state (NativeEnv.__reduce__).
 """
 from __future__ import annotations
 
-import importlib
-import inspect
 import time
 from typing import Any
 
@@ -37,6 +35,7 @@ import numpy as np
 from gymnasium import logger, spaces
 from pettingzoo import ParallelEnv
 
+from . import drawing
 from .batch import IndependentCopies
 
 RENDER_MODES = ("human", "rgb_array")
@@ -155,15 +154,11 @@ class NativeParallelEnv(IndependentCopies, ParallelEnv):
         return self._renderer is not None
 
     def _render_fps(self) -> int | None:
-        return None if self._renderer is None else \
-            getattr(importlib.import_module(self._renderer), "RENDER_FPS", None)
+        return None if self._renderer is None else drawing.render_fps(self._renderer)
 
     def frame(self) -> np.ndarray:
         """The instance's frame now, RGB uint8 (the renderer's rgb_frame)."""
-        draw = importlib.import_module(self._renderer).rgb_frame
-        if "size" in inspect.signature(draw).parameters:
-            return np.asarray(draw(self._env, 0, size=self.render_size))
-        return np.asarray(draw(self._env, 0))
+        return drawing.frame(self._renderer, self._env, 0, self.render_size)
 
     def render(self) -> np.ndarray | None:
         """The current state as an RGB array (render_mode "rgb_array"); shown in
