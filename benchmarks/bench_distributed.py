@@ -194,6 +194,8 @@ def main(argv=None) -> int:
     parser.add_argument("--backends", nargs="+", default=["auto"],
                         choices=["auto", "shm", "gloo"],
                         help="train.dist_backend of the N-rank jobs, one job per entry")
+    parser.add_argument("--no-all-reduce", action="store_true",
+                        help="skip timing the all-reduce alone (one more job per N > 1)")
     parser.add_argument("--all-reduce-worker", type=int, metavar="NUMEL", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.all_reduce_worker:     # this file, started by measure_all_reduce under torchrun
@@ -223,15 +225,18 @@ def main(argv=None) -> int:
                     label = ""
                     if ranks > 1:
                         result["backend"] = backend
+                        label = f" {backend}"
+                    if ranks > 1 and not args.no_all_reduce:
                         result["all_reduce"] = collective = measure_all_reduce(
                             env, ranks, backend, args.config, args.set)
-                        label = f" {backend}"
                         print(f"{env:12s} ranks {ranks:2d} {backend:4s}  all-reduce "
                               f"({collective['backend']}) of {collective['parameters']:,} "
                               f"floats {collective['all_reduce_s'] * 1e6:.0f} us x "
                               f"{collective['gradient_steps']} gradient steps = "
                               f"{collective['per_update_s'] * 1e3:.1f} ms per update", flush=True)
                     results.append(result)
+                    if args.json:           # after every job: a run stopped early keeps them
+                        Path(args.json).write_text(json.dumps(results, indent=2))
                     print(f"{env:12s} ranks {ranks:2d}{label}  {result['sps']:12,.0f} SPS  "
                           f"efficiency {result['efficiency']:.2f}  per update: rollout "
                           f"{result['rollout_s'] * 1e3:.1f} ms, learn {result['learn_s'] * 1e3:.1f} ms  "

@@ -57,13 +57,30 @@ def timed(step, seconds: float, sync=lambda: None) -> tuple[int, float]:
             return calls, elapsed
 
 
-def measure_device(name, num_envs, seconds, torch, device="cuda"):
-    """The device batch on `device`: agent steps/s."""
+def device_memory_used(torch) -> int | None:
+    """Bytes in use on the whole CUDA device (cudaMemGetInfo: every process, the CUDA
+    context and the kernels' local memory included, which torch's allocator
+    statistics do not see); None off CUDA."""
+    if not torch.cuda.is_available():
+        return None
+    free, total = torch.cuda.mem_get_info()
+    return total - free
+
+
+def measure_device(name, num_envs, seconds, torch, device="cuda", memory=None):
+    """The device batch on `device`: agent steps/s. `memory`, a dict, receives the
+    device's used bytes before the batch is made and after its timed steps."""
+    if memory is not None:
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()          # what earlier rows cached is not this row's
+        memory["before"] = device_memory_used(torch)
     env = peregrine.make(name, num_envs=num_envs, seed=0, device=device)
     actions = torch.from_numpy(action_pool(env.host, 1)[0]).to(device)
     sync = torch.cuda.synchronize if env.device.type == "cuda" else (lambda: None)
     calls, elapsed = timed(lambda: env.step(actions), seconds, sync)
     env.check()
+    if memory is not None:
+        memory["during"] = device_memory_used(torch)
     rows = env.num_agents
     env.close()
     return calls * rows / elapsed
@@ -144,7 +161,11 @@ def main(argv=None) -> int:
         row = {"env": name, "instances": size, "device": device_name, "threads": args.threads,
                "cpu": measure(name, size, args.threads, args.seconds)["agent_steps_per_sec"]}
         if on_cuda or args.device == "cpu":
-            row["gpu"] = measure_device(name, size, args.seconds, torch, args.device)
+            memory = {}
+            row["gpu"] = measure_device(name, size, args.seconds, torch, args.device, memory)
+            if memory["before"] is not None:      # device-wide MiB, before and while stepping
+                row["memory_before_mib"] = memory["before"] / 2 ** 20
+                row["memory_during_mib"] = memory["during"] / 2 ** 20
         if on_cuda:
             row["cpu_copy"] = measure_cpu_copy(name, size, args.seconds, args.threads, torch)
         rows.append(row)
