@@ -26,10 +26,10 @@
  * for the whole block in one vectorized kernel, then instance by instance the
  * sequential phases (exploration, connectivity as a BFS over uint64 adjacency
  * bitmasks since n_drones <= 64, confirmation, delivery, detections), then
- * rewards and observations for the whole block, then the episode ends. Scratch
- * lives on the stepping thread's stack (about 100 KB at most: the block
- * scratch, 64 x 128 drone-victim distances, de-interleaved actions); nothing
- * is allocated per step.
+ * rewards and observations for the whole block, then the episode ends. On the
+ * CPU scratch lives on the stepping thread's stack (about 100 KB at most: the
+ * block scratch, 64 x 128 drone-victim distances, de-interleaved actions); on
+ * the GPU in env->work (see "scratch" below). Nothing is allocated per step.
  *
  * Speed notes (each measured, see benchmarks/RESULTS.md): the kernels are
  * written so GCC's vectorizer takes them -- no select of a divisor and no
@@ -49,22 +49,13 @@
 
 #include "pg_env.h"
 
-/* The GPU step keeps one instance's block scratch (per-drone and per-victim
- * arrays sized for the largest swarm, DS_MAX_DRONES / DS_MAX_VICTIMS, indexed
- * by drone or victim at run time) on its thread's stack: ~39 KB at sm_90. */
-PG_GPU_STACK(40960, "per-instance block scratch sized for 64 drones and 128 victims, indexed at run time")
-
 #define DS_MAX_DRONES 64
 #define DS_MAX_VICTIMS 128
 #define DS_MAX_NEAREST 16
 #define DS_MAX_OBSTACLES 16
 #define DS_OBSTACLE_TRIES 64
 #define DS_OBSTACLE_FIELDS 5 /* per obstacle slot in the state: present, x0, y0, x1, y1 */
-#ifdef PG_GPU /* one instance per GPU thread: a block is one instance, its scratch per thread */
-#define DS_BLOCK_DRONES DS_MAX_DRONES
-#else
-#define DS_BLOCK_DRONES 1024 /* drones per block of a step (see env_step) */
-#endif
+#define DS_BLOCK_DRONES 1024 /* drones per block of a CPU step (see env_step) */
 #define DS_MAX_CELLS_PER_SIDE 128
 #define DS_DRONE_SPAWN_TRIES 64
 #define DS_VICTIM_SPAWN_TRIES 256
@@ -172,6 +163,44 @@ enum { DS_PH_MOVE, DS_PH_CONNECT, DS_PH_CONFIRM, DS_PH_DETECT, DS_PH_REWARD_OBS,
 #define DS_TICK_START() ((void)0)
 #endif
 
+/* ---- scratch ------------------------------------------------------------------
+ * A step and a reset need per-drone scratch arrays indexed at run time. On the
+ * CPU they live on the stepping thread's stack (a block of DS_BLOCK_DRONES rows,
+ * see env_step). On the GPU one thread steps one instance, and such arrays
+ * would become a local-memory stack that CUDA reserves for every resident
+ * thread, sized for the largest swarm (it was about 39 KB a thread, 10 GiB of
+ * an H200). There they are rows of env->work instead (DsRow): global memory
+ * allocated in env_init, sized by this batch's n_drones, obs_n_nearest and
+ * obs_n_obstacles, and interleaved by instance as local memory would be. The
+ * drone -> victim distances, an n x m matrix on the CPU, are recomputed where
+ * they are read on the GPU (ds_sight_d2), so nothing there scales with the
+ * number of victims. The pair pass has a GPU order of its own (ds_pairs).
+ *
+ * Rows: X(element type, name, elements per instance on the GPU). DS_BLOCK_ROWS
+ * are DsScratch's members (arrays of DS_BLOCK_DRONES on the CPU, DsRows on the
+ * GPU); DS_CALL_ROWS are the arrays of single functions, declared with
+ * DS_SCRATCH. The lengths read n, k (obs_n_nearest) and kq (obs_n_obstacles). */
+#define DS_BLOCK_ROWS(X)                                                                \
+    X(float, speed2, n) X(float, explore, n) X(float, confirmations, n)                 \
+    X(float, scan_near, n) X(float, alive, n) X(float, share, n) X(float, r_comm, n)    \
+    X(float, nearest2, n) X(int32_t, cell, n) X(int32_t, active, n) X(int32_t, scan, n) \
+    X(int32_t, neighbours, n) X(float, old_x, n) X(float, old_y, n)                     \
+    X(uint8_t, terminal, 1) X(uint8_t, truncated, 1)
+#define DS_CALL_ROWS(X)                                                                 \
+    X(uint64_t, adjacency, n) X(int32_t, victim_counts, 3 * n) X(int32_t, scanners, n)  \
+    X(int32_t, confirmation_count, n) X(int32_t, own_delivered, n)                      \
+    X(int32_t, own_lost, n) X(float, slot_d2, k) X(float, obstacle_d2, kq)              \
+    X(int32_t, obstacle_index, kq) X(float, feature_r_comm, n)                          \
+    X(int32_t, observe_count, n) X(float, observe_nearest2, n)                          \
+    X(uint64_t, observe_adjacency, n)
+
+enum {
+#define DS_ROW_INDEX(type, name, length) DS_W_##name,
+    DS_BLOCK_ROWS(DS_ROW_INDEX) DS_CALL_ROWS(DS_ROW_INDEX)
+#undef DS_ROW_INDEX
+    DS_WORK_ROWS
+};
+
 struct Env {
     PgBatch pg;
     /* configuration, in float32 as the step uses it */
@@ -207,6 +236,11 @@ struct Env {
     uint8_t *ever_confirmed;
     /* exploration bitsets: [num_envs * words64], [num_envs * n * words64] */
     uint64_t *visited, *own_visited;
+    /* GPU scratch (see "scratch" above): row r starts at byte work_at[r];
+     * allocated on the host too (the GPU batch mirrors every array), never
+     * written there */
+    uint64_t *work;
+    size_t work_at[DS_WORK_ROWS];
 #ifdef DS_PROFILE
     uint64_t profile[DS_PH_COUNT];
     uint64_t profile_steps;
@@ -405,6 +439,16 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     DS_ALLOC(ever_confirmed, victims);
     DS_ALLOC(visited, envs * (size_t)env->words64);
     DS_ALLOC(own_visited, drones * (size_t)env->words64);
+    /* The GPU's scratch rows (DsRow), each `length` elements of every instance,
+     * from an 8-byte boundary. The CPU build never reads or writes them. */
+    const int n = env->n, k = env->k, kq = env->k_obstacles;
+    size_t bytes = 0;
+#define DS_ROW_AT(type, name, length)                                 \
+    env->work_at[DS_W_##name] = bytes;                                \
+    bytes += ((size_t)(length) * envs * sizeof(type) + 7) / 8 * 8;
+    DS_BLOCK_ROWS(DS_ROW_AT) DS_CALL_ROWS(DS_ROW_AT)
+#undef DS_ROW_AT
+    DS_ALLOC(work, bytes / 8);
     return 0;
 }
 
@@ -434,6 +478,50 @@ static void env_free(Env *env) {
 #endif /* host only */
 
 /* ---- shared pieces ---------------------------------------------------------- */
+
+/* A scratch row as the functions that take one see it: on the CPU a pointer to
+ * an array on the stack; on the GPU a DsRow, one instance's row of env->work,
+ * interleaved by instance as CUDA lays out local memory (element e of every
+ * instance side by side), so that a warp's threads, stepping consecutive
+ * instances through the same loop, read and write consecutive words. The GPU
+ * build is C++ (NVRTC): DsRow indexes and offsets like a pointer. */
+#ifdef PG_GPU
+template <typename T> struct DsRow {
+    T *at;         /* element 0 of this instance's row */
+    size_t stride; /* elements from one of its elements to the next: num_envs */
+    PG_DEVICE T &operator[](size_t e) const { return at[e * stride]; }
+    PG_DEVICE DsRow operator+(size_t e) const {
+        DsRow row = {at + e * stride, stride};
+        return row;
+    }
+};
+
+/* Row `row` (DS_W_*) of instance i. */
+template <typename T> PG_DEVICE static inline DsRow<T> ds_row(const Env *env, int i, int row) {
+    DsRow<T> r = {(T *)((char *)env->work + env->work_at[row]) + i, (size_t)env->pg.num_envs};
+    return r;
+}
+/* Row parameters: DS_ROW written, DS_CROW only read; DS_OUT / DS_IN the same
+ * for the vectorized kernels, whose CPU pointers are restrict. */
+#define DS_ROW(type) DsRow<type>
+#define DS_CROW(type) DsRow<type>
+#define DS_OUT(type) DsRow<type>
+#define DS_IN(type) DsRow<type>
+#else
+#define DS_ROW(type) type *
+#define DS_CROW(type) const type *
+#define DS_OUT(type) type *PG_RESTRICT
+#define DS_IN(type) const type *PG_RESTRICT
+#endif
+
+/* A function's scratch array `name` (a DS_CALL_ROWS row), in a function where
+ * env and the instance i are in scope: cpu_count elements on the CPU stack,
+ * the instance's row on the GPU. */
+#ifdef PG_GPU
+#define DS_SCRATCH(type, name, cpu_count) DsRow<type> name = ds_row<type>(env, i, DS_W_##name)
+#else
+#define DS_SCRATCH(type, name, cpu_count) type name[cpu_count]
+#endif
 
 PG_DEVICE static inline int ds_cell(const Env *env, float x, float y) {
     int side = env->cells_per_side;
@@ -557,26 +645,28 @@ PG_DEVICE static void ds_obstacle_slots(const Env *env, int i, float *obs) {
     for (int d = 0; d < n; d++) {
         const float px = env->x[od + d], py = env->y[od + d];
         float *slots = obs + (od + d) * dim + first;
-        float best2[DS_MAX_OBSTACLES];
-        int best[DS_MAX_OBSTACLES], found = 0;
+        /* the nearest so far, ascending */
+        DS_SCRATCH(float, obstacle_d2, DS_MAX_OBSTACLES);
+        DS_SCRATCH(int32_t, obstacle_index, DS_MAX_OBSTACLES);
+        int found = 0;
         for (int o = 0; o < count; o++) {
             float d2 = ds_rect_d2(ob + 4 * o, px, py);
-            if (found == kq && !(d2 < best2[kq - 1])) continue;
+            if (found == kq && !(d2 < obstacle_d2[kq - 1])) continue;
             int pos = found < kq ? found++ : kq - 1;
-            while (pos > 0 && best2[pos - 1] > d2) {
-                best2[pos] = best2[pos - 1];
-                best[pos] = best[pos - 1];
+            while (pos > 0 && obstacle_d2[pos - 1] > d2) {
+                obstacle_d2[pos] = obstacle_d2[pos - 1];
+                obstacle_index[pos] = obstacle_index[pos - 1];
                 pos--;
             }
-            best2[pos] = d2;
-            best[pos] = o;
+            obstacle_d2[pos] = d2;
+            obstacle_index[pos] = o;
         }
         for (int s = 0; s < kq; s++) {
             if (s >= found) {
                 for (int f = 0; f < 4; f++) slots[4 * s + f] = 0.0f;
                 continue;
             }
-            const float *o = ob + 4 * best[s];
+            const float *o = ob + 4 * obstacle_index[s];
             slots[4 * s + 0] = pg_clampf((o[0] - px) / size, -1.0f, 1.0f);
             slots[4 * s + 1] = pg_clampf((o[1] - py) / size, -1.0f, 1.0f);
             slots[4 * s + 2] = pg_clampf((o[2] - px) / size, -1.0f, 1.0f);
@@ -615,20 +705,23 @@ PG_DEVICE static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) 
  * face in its way (lo/hi: the rectangles' faces on this axis, a_lo/a_hi: on
  * the other). Branch-free and drone-major so it vectorizes; per drone the
  * obstacles apply in index order. */
+PG_DEVICE static inline DS_NO_TRAP float ds_stop_at_face(float lo, float hi, float a_lo, float a_hi,
+                                                    float f, float t, float a) {
+    int32_t in = (a > a_lo) & (a < a_hi);
+    int32_t forward = in & (t > f) & (f <= lo) & (t > lo);
+    t = forward ? lo : t;
+    int32_t back = in & (t < f) & (f >= hi) & (t < hi);
+    return back ? hi : t;
+}
+
 PG_DEVICE DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int count, int axis,
                                        const float *PG_RESTRICT from, float *PG_RESTRICT to,
                                        const float *PG_RESTRICT across) {
     for (int o = 0; o < count; o++) {
         const float lo = ob[4 * o + axis], hi = ob[4 * o + axis + 2];
         const float a_lo = ob[4 * o + 1 - axis], a_hi = ob[4 * o + 3 - axis];
-        for (size_t d = 0; d < n; d++) {
-            float f = from[d], t = to[d], a = across[d];
-            int32_t in = (a > a_lo) & (a < a_hi);
-            int32_t forward = in & (t > f) & (f <= lo) & (t > lo);
-            t = forward ? lo : t;
-            int32_t back = in & (t < f) & (f >= hi) & (t < hi);
-            to[d] = back ? hi : t;
-        }
+        for (size_t d = 0; d < n; d++)
+            to[d] = ds_stop_at_face(lo, hi, a_lo, a_hi, from[d], to[d], across[d]);
     }
 }
 
@@ -636,15 +729,44 @@ PG_DEVICE DS_KERNEL static void ds_stop_at_faces(size_t n, const float *ob, int 
  * move is resolved axis by axis, x first at the old y, then y at the new x; a
  * drone stops on the face of the first obstacle in its way and slides along
  * it. Cells are recomputed from the resolved positions. */
-PG_DEVICE static void ds_obstacle_move(Env *env, int i, const float *old_x, const float *old_y,
-                             int32_t *cell) {
+PG_DEVICE static void ds_obstacle_move(Env *env, int i, DS_CROW(float) old_x, DS_CROW(float) old_y,
+                             DS_ROW(int32_t) cell) {
     const int n = env->n, count = env->obstacle_count[i];
     if (count == 0) return;
     const float *ob = ds_obstacles_of(env, i);
     float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+#ifdef PG_GPU
+    /* drone by drone (the old positions are scratch rows): the same tests in
+     * the same order for each drone as the two passes below */
+    for (int d = 0; d < n; d++) {
+        const float fx = old_x[d], fy = old_y[d];
+        float tx = x[d], ty = y[d];
+        for (int q = 0; q < count; q++) {
+            const float *o = ob + 4 * q;
+            tx = ds_stop_at_face(o[0], o[2], o[1], o[3], fx, tx, fy);
+        }
+        for (int q = 0; q < count; q++) {
+            const float *o = ob + 4 * q;
+            ty = ds_stop_at_face(o[1], o[3], o[0], o[2], fy, ty, tx);
+        }
+        x[d] = tx;
+        y[d] = ty;
+    }
+#else
     ds_stop_at_faces((size_t)n, ob, count, 0, old_x, x, old_y);
     ds_stop_at_faces((size_t)n, ob, count, 1, old_y, y, x);
+#endif
     for (int d = 0; d < n; d++) cell[d] = ds_cell(env, x[d], y[d]);
+}
+
+/* Is the segment a -> b blocked by one of `count` obstacles (tested in index
+ * order, up to the first that blocks)? */
+PG_DEVICE static inline int ds_hidden(const float *ob, int count, float ax, float ay, float bx,
+                                      float by) {
+    int hidden = 0;
+    for (int o = 0; o < count && !hidden; o++)
+        hidden = ds_segment_blocked(ob + 4 * o, ax, ay, bx, by);
+    return hidden;
 }
 
 /* Line of sight for phases 4 and 6, instance i: hidden victims' squared
@@ -666,12 +788,8 @@ PG_DEVICE static void ds_occlude(const Env *env, int i, int num_scanners, const 
         float *row = victim_d2 + (size_t)d * m;
         int32_t confirm = 0, sense = 0, near = 0;
         for (int v = 0; v < m; v++) {
-            if (row[v] <= reach2) {
-                int hidden = 0;
-                for (int o = 0; o < count && !hidden; o++)
-                    hidden = ds_segment_blocked(ob + 4 * o, x[d], y[d], vx[v], vy[v]);
-                if (hidden) row[v] = INFINITY;
-            }
+            if (row[v] <= reach2 && ds_hidden(ob, count, x[d], y[d], vx[v], vy[v]))
+                row[v] = INFINITY;
             confirm += row[v] <= rc2;
             sense += row[v] <= rs2;
             near += (status[v] == DS_UNKNOWN) & (row[v] <= near2);
@@ -682,6 +800,46 @@ PG_DEVICE static void ds_occlude(const Env *env, int i, int num_scanners, const 
     }
 }
 
+#ifdef PG_GPU
+/* The GPU's squared distance from drone d to victim v of instance i, computed
+ * where it is read instead of kept in an n x m matrix per thread (see
+ * "scratch"): ds_victim_scan's expression, then +inf for a victim hidden by an
+ * obstacle within reach2, as ds_occlude writes it; the same bits as the CPU's
+ * matrix. */
+PG_DEVICE static inline float ds_sight_d2(const Env *env, int i, int d, int v, float reach2) {
+    const size_t od = (size_t)i * env->n, ov = (size_t)i * env->m;
+    const float xd = env->x[od + d], yd = env->y[od + d];
+    const float px = env->vx[ov + v], py = env->vy[ov + v];
+    float dx = px - xd, dy = py - yd;
+    float d2 = dx * dx + dy * dy;
+    if (env->n_obstacles && d2 <= reach2 &&
+        ds_hidden(ds_obstacles_of(env, i), env->obstacle_count[i], xd, yd, px, py))
+        d2 = INFINITY;
+    return d2;
+}
+
+/* The counts of ds_victim_scan after ds_occlude, from ds_sight_d2. */
+PG_DEVICE static void ds_sight_counts(const Env *env, int i, int num_scanners,
+                                      DsRow<int32_t> scanners, float rc2, float rs2, float near2,
+                                      float reach2, DsRow<int32_t> counts) {
+    const int m = env->m;
+    const int32_t *status = env->status + (size_t)i * m;
+    for (int j = 0; j < num_scanners; j++) {
+        const int d = scanners[j];
+        int32_t confirm = 0, sense = 0, near = 0;
+        for (int v = 0; v < m; v++) {
+            float d2 = ds_sight_d2(env, i, d, v, reach2);
+            confirm += d2 <= rc2;
+            sense += d2 <= rs2;
+            near += (status[v] == DS_UNKNOWN) & (d2 <= near2);
+        }
+        counts[3 * d + 0] = confirm;
+        counts[3 * d + 1] = sense;
+        counts[3 * d + 2] = near;
+    }
+}
+#endif
+
 /* Phases 1-2 for n <= DS_BLOCK_DRONES consecutive drone rows (any number of
  * instances), branch-free so it vectorizes (AVX2 clone where the CPU has
  * it): actions -> velocity, position, battery, cell index, scan/active
@@ -689,13 +847,18 @@ PG_DEVICE static void ds_occlude(const Env *env, int i, int num_scanners, const 
  * x) without a data-dependent branch. */
 PG_DEVICE DS_KERNEL static void ds_move(const Env *env, size_t n, const float *PG_RESTRICT actions,
                                    float *PG_RESTRICT x, float *PG_RESTRICT y,
-                                   float *PG_RESTRICT battery, float *PG_RESTRICT speed2,
-                                   int32_t *PG_RESTRICT cell, int32_t *PG_RESTRICT active_out,
-                                   int32_t *PG_RESTRICT scan_out) {
+                                   float *PG_RESTRICT battery, DS_OUT(float) speed2,
+                                   DS_OUT(int32_t) cell, DS_OUT(int32_t) active_out,
+                                   DS_OUT(int32_t) scan_out) {
     const float v_max = env->v_max, dt = env->dt, size = env->world_size;
     const float c_idle = env->c_idle, c_move = env->c_move, c_scan = env->c_scan;
     const float cell_size = env->cell_size;
     const int last = env->cells_per_side - 1, side = env->cells_per_side;
+#ifdef PG_GPU
+    /* one instance: the interleaved actions are read in place (no scratch) */
+    const float *in_x = actions, *in_y = actions + 1, *in_scan = actions + 2;
+    const size_t stride = 3;
+#else
     /* de-interleave first: GCC does not vectorize the stride-3 loads below */
     float in_x[DS_BLOCK_DRONES], in_y[DS_BLOCK_DRONES], in_scan[DS_BLOCK_DRONES];
     for (size_t d = 0; d < n; d++) {
@@ -703,10 +866,12 @@ PG_DEVICE DS_KERNEL static void ds_move(const Env *env, size_t n, const float *P
         in_y[d] = actions[3 * d + 1];
         in_scan[d] = actions[3 * d + 2];
     }
+    const size_t stride = 1;
+#endif
     for (size_t d = 0; d < n; d++) {
-        float ax = ds_clampf(ds_finite_or_zero(in_x[d]), -1.0f, 1.0f);
-        float ay = ds_clampf(ds_finite_or_zero(in_y[d]), -1.0f, 1.0f);
-        float as = ds_clampf(ds_finite_or_zero(in_scan[d]), -1.0f, 1.0f);
+        float ax = ds_clampf(ds_finite_or_zero(in_x[stride * d]), -1.0f, 1.0f);
+        float ay = ds_clampf(ds_finite_or_zero(in_y[stride * d]), -1.0f, 1.0f);
+        float as = ds_clampf(ds_finite_or_zero(in_scan[stride * d]), -1.0f, 1.0f);
         int active = battery[d] > 0.0f;
         float norm2 = ax * ax + ay * ay;
         /* norm if > 1, else exactly 1 (norm * 0 + 1). Written with arithmetic,
@@ -739,13 +904,13 @@ PG_DEVICE DS_KERNEL static void ds_move(const Env *env, size_t n, const float *P
 /* Observation features 0..9 of `count` consecutive drone rows (any number of
  * instances; r_comm is per drone because it is per episode), written straight
  * into the rows (stride dim). Vectorizes across drones. */
-PG_DEVICE DS_KERNEL static void ds_features(const Env *env, size_t count, const float *PG_RESTRICT r_comm,
+PG_DEVICE DS_KERNEL static void ds_features(const Env *env, size_t count, DS_IN(float) r_comm,
                                   const float *PG_RESTRICT x, const float *PG_RESTRICT y,
                                   const float *PG_RESTRICT battery,
                                   const float *PG_RESTRICT connected,
                                   const int32_t *PG_RESTRICT age,
-                                  const int32_t *PG_RESTRICT neighbours,
-                                  const float *PG_RESTRICT nearest2, float *PG_RESTRICT obs,
+                                  DS_IN(int32_t) neighbours,
+                                  DS_IN(float) nearest2, float *PG_RESTRICT obs,
                                   size_t dim) {
     const float size = env->world_size, bx = env->base_x, by = env->base_y;
     const float max_steps = (float)env->max_steps;
@@ -840,11 +1005,11 @@ PG_DEVICE DS_KERNEL static void ds_victim_scan(size_t count, const int32_t *PG_R
 
 /* Phase 7 rewards of n consecutive drone rows (any number of instances); every
  * term added in the documented order. */
-PG_DEVICE DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float *PG_RESTRICT share,
-                                 const float *PG_RESTRICT speed2, const float *PG_RESTRICT confirmations,
-                                 const float *PG_RESTRICT explore, const float *PG_RESTRICT scan_near,
-                                 const float *PG_RESTRICT alive, const float *PG_RESTRICT connected,
-                                 const float *PG_RESTRICT nearest2, float *PG_RESTRICT rewards,
+PG_DEVICE DS_KERNEL static void ds_rewards(const Env *env, size_t n, DS_IN(float) share,
+                                 DS_IN(float) speed2, DS_IN(float) confirmations,
+                                 DS_IN(float) explore, DS_IN(float) scan_near,
+                                 DS_IN(float) alive, const float *PG_RESTRICT connected,
+                                 DS_IN(float) nearest2, float *PG_RESTRICT rewards,
                                  float *PG_RESTRICT returns) {
     const float sep = env->min_drone_separation, r_disp = env->r_dispersion;
     const float r_time = env->r_time, c_energy = env->c_energy, r_confirm = env->r_confirm;
@@ -874,14 +1039,44 @@ PG_DEVICE DS_KERNEL static void ds_rewards(const Env *env, size_t n, const float
  * nearest live-neighbour distances for every drone (dead ones too: they still
  * observe), and the drone-drone adjacency (live pairs within r_comm) as
  * bitmasks. */
-PG_DEVICE static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2, int *count,
-                            float *nearest2, uint64_t *adjacency) {
+PG_DEVICE static inline void ds_pairs(const Env *env, int i, uint64_t alive, float r2,
+                                     DS_ROW(int32_t) count, DS_ROW(float) nearest2,
+                                     DS_ROW(uint64_t) adjacency) {
     const int n = env->n;
+    const float *x = env->x + (size_t)i * n, *y = env->y + (size_t)i * n;
+#ifdef PG_GPU
+    /* Row by row (drone a outer), each drone's three results kept in registers
+     * and stored once: the outputs are rows of env->work in global memory, and
+     * ds_pair_columns' column order would store to them for every pair. The
+     * same values: d2 as ds_pair_columns computes it, and a count, a minimum (of
+     * the bit patterns) and a union do not depend on the order. */
+    for (int a = 0; a < n; a++) {
+        const float xa = x[a], ya = y[a];
+        const int32_t alive_a = (int32_t)((alive >> a) & 1);
+        int32_t linked_count = 0, best_bits = 0x7F800000; /* +inf */
+        uint64_t links = 0;
+        for (int b = 0; b < n; b++) {
+            float dx = xa - x[b], dy = ya - y[b];
+            float d2 = dx * dx + dy * dy;
+            int32_t d2_bits;
+            memcpy(&d2_bits, &d2, sizeof d2_bits);
+            int32_t valid = (int32_t)((alive >> b) & 1) & (a != b);
+            int32_t linked = valid & (d2 <= r2);
+            linked_count += linked;
+            int32_t candidate = valid ? d2_bits : 0x7F800000;
+            best_bits = candidate < best_bits ? candidate : best_bits;
+            links |= (uint64_t)(linked & alive_a) << b;
+        }
+        count[a] = linked_count;
+        memcpy(&nearest2[a], &best_bits, sizeof(float));
+        adjacency[a] = links;
+    }
+#else
     int32_t alive_flag[DS_MAX_DRONES], nearest2_bits[DS_MAX_DRONES];
     for (int d = 0; d < n; d++) alive_flag[d] = (int32_t)((alive >> d) & 1);
-    ds_pair_columns((size_t)n, env->x + (size_t)i * n, env->y + (size_t)i * n, alive_flag, r2,
-                    count, nearest2_bits, adjacency);
+    ds_pair_columns((size_t)n, x, y, alive_flag, r2, count, nearest2_bits, adjacency);
     memcpy(nearest2, nearest2_bits, (size_t)n * sizeof(float));
+#endif
 }
 
 /* Base links: live drones within r_comm of the base. */
@@ -897,7 +1092,7 @@ PG_DEVICE static inline uint64_t ds_base_links(const Env *env, int i, uint64_t a
 }
 
 /* The connected set: everything reachable from the base links. */
-PG_DEVICE static inline uint64_t ds_closure(uint64_t base, const uint64_t *adjacency) {
+PG_DEVICE static inline uint64_t ds_closure(uint64_t base, DS_CROW(uint64_t) adjacency) {
     uint64_t reached = base, frontier = base;
     while (frontier) {
         int d = pg_ctz64(frontier);
@@ -989,13 +1184,13 @@ PG_DEVICE static inline uint64_t ds_alive_mask(const Env *env, int i) {
 
 /* The first 10 features of every drone row of instance i; detection slots are
  * zeroed when zero_slots (reset, set_state). */
-PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, const int *count,
-                              const float *nearest2, int zero_slots) {
+PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, DS_CROW(int32_t) count,
+                              DS_CROW(float) nearest2, int zero_slots) {
     const int n = env->n, dim = env->obs_dim;
     const size_t od = (size_t)i * n;
-    float r_comm[DS_MAX_DRONES];
-    for (int d = 0; d < n; d++) r_comm[d] = env->ep_r_comm[i];
-    ds_features(env, (size_t)n, r_comm, env->x + od, env->y + od, env->battery + od,
+    DS_SCRATCH(float, feature_r_comm, DS_MAX_DRONES);
+    for (int d = 0; d < n; d++) feature_r_comm[d] = env->ep_r_comm[i];
+    ds_features(env, (size_t)n, feature_r_comm, env->x + od, env->y + od, env->battery + od,
                 env->connected + od, env->age + od, count, nearest2, obs + od * dim, (size_t)dim);
     if (zero_slots)
         for (int d = 0; d < n; d++)
@@ -1006,12 +1201,13 @@ PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, const
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
 PG_DEVICE static void ds_observe_state(const Env *env, int i) {
-    int count[DS_MAX_DRONES];
-    float nearest2[DS_MAX_DRONES];
-    uint64_t adjacency[DS_MAX_DRONES];
+    DS_SCRATCH(int32_t, observe_count, DS_MAX_DRONES);
+    DS_SCRATCH(float, observe_nearest2, DS_MAX_DRONES);
+    DS_SCRATCH(uint64_t, observe_adjacency, DS_MAX_DRONES);
     float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
-    ds_pairs(env, i, ds_alive_mask(env, i), r2, count, nearest2, adjacency);
-    ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
+    ds_pairs(env, i, ds_alive_mask(env, i), r2, observe_count, observe_nearest2,
+             observe_adjacency);
+    ds_write_features(env, i, (float *)env->pg.observations, observe_count, observe_nearest2, 1);
 }
 
 /* ---- the global state ------------------------------------------------------------
@@ -1156,15 +1352,15 @@ PG_DEVICE static void ds_reset_instance(Env *env, int i) {
         own[(size_t)d * words + (c >> 6)] |= 1ULL << (c & 63);
     }
     /* connectivity without drops, then the first observation */
-    int count[DS_MAX_DRONES];
-    float nearest2[DS_MAX_DRONES];
-    uint64_t adjacency[DS_MAX_DRONES];
+    DS_SCRATCH(int32_t, observe_count, DS_MAX_DRONES);
+    DS_SCRATCH(float, observe_nearest2, DS_MAX_DRONES);
+    DS_SCRATCH(uint64_t, observe_adjacency, DS_MAX_DRONES);
     uint64_t alive = ds_alive_mask(env, i);
     float r2 = env->ep_r_comm[i] * env->ep_r_comm[i];
-    ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
-    uint64_t connected = ds_closure(ds_base_links(env, i, alive, r2), adjacency);
+    ds_pairs(env, i, alive, r2, observe_count, observe_nearest2, observe_adjacency);
+    uint64_t connected = ds_closure(ds_base_links(env, i, alive, r2), observe_adjacency);
     for (int d = 0; d < n; d++) env->connected[od + d] = (float)((connected >> d) & 1);
-    ds_write_features(env, i, (float *)env->pg.observations, count, nearest2, 1);
+    ds_write_features(env, i, (float *)env->pg.observations, observe_count, observe_nearest2, 1);
 }
 
 PG_DEVICE static void env_reset(Env *env, int start, int end) {
@@ -1224,18 +1420,29 @@ PG_DEVICE DS_NO_MEMSET static void ds_fill_flags(uint8_t *terminals, uint8_t *tr
     }
 }
 
-/* Per-block scratch, on the stepping thread's stack (48 KB): per-drone
- * inputs and outputs of the block-wide passes, indexed by drone within the
- * block. */
+/* Per-block scratch (DS_BLOCK_ROWS): per-drone inputs and outputs of the
+ * block-wide passes, indexed by drone within the block (old_x/old_y: positions
+ * before the move, for obstacles), and per instance of the block the
+ * end-of-episode flags. On the CPU arrays on the stepping thread's stack (about
+ * 58 KB); on the GPU, where a block is one instance, that instance's DsRows
+ * (ds_block_rows). */
 typedef struct {
-    float speed2[DS_BLOCK_DRONES], explore[DS_BLOCK_DRONES], confirmations[DS_BLOCK_DRONES];
-    float scan_near[DS_BLOCK_DRONES], alive[DS_BLOCK_DRONES], share[DS_BLOCK_DRONES];
-    float r_comm[DS_BLOCK_DRONES], nearest2[DS_BLOCK_DRONES];
-    int32_t cell[DS_BLOCK_DRONES], active[DS_BLOCK_DRONES], scan[DS_BLOCK_DRONES];
-    int32_t neighbours[DS_BLOCK_DRONES];
-    float old_x[DS_BLOCK_DRONES], old_y[DS_BLOCK_DRONES]; /* positions before the move (obstacles) */
-    uint8_t terminal[DS_BLOCK_DRONES], truncated[DS_BLOCK_DRONES];
+#ifdef PG_GPU
+#define DS_BLOCK_MEMBER(type, name, length) DsRow<type> name;
+#else
+#define DS_BLOCK_MEMBER(type, name, length) type name[DS_BLOCK_DRONES];
+#endif
+    DS_BLOCK_ROWS(DS_BLOCK_MEMBER)
+#undef DS_BLOCK_MEMBER
 } DsScratch;
+
+#ifdef PG_GPU
+PG_DEVICE static inline void ds_block_rows(const Env *env, int i, DsScratch *sc) {
+#define DS_BLOCK_ROW(type, name, length) sc->name = ds_row<type>(env, i, DS_W_##name);
+    DS_BLOCK_ROWS(DS_BLOCK_ROW)
+#undef DS_BLOCK_ROW
+}
+#endif
 
 /* Pass 2 of a step, one instance (phases 1-2 already ran for the block):
  * exploration, connectivity, confirmation, delivery, detections; leaves what
@@ -1254,8 +1461,10 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     DS_TICK_START();
 
     /* exploration in drone order (movement and battery ran for the block) */
-    const int32_t *cell = sc->cell + j0, *active = sc->active + j0, *scan = sc->scan + j0;
-    float *explore = sc->explore + j0;
+    DS_CROW(int32_t) cell = sc->cell + j0;
+    DS_CROW(int32_t) active = sc->active + j0;
+    DS_CROW(int32_t) scan = sc->scan + j0;
+    DS_ROW(float) explore = sc->explore + j0;
     const int words = env->words64;
     uint64_t *visited = env->visited + (size_t)i * words;
     uint64_t *own = env->own_visited + od * words;
@@ -1277,9 +1486,9 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
 
     /* 3. connectivity (and the neighbour features from the same pair pass) */
     const float r_comm = env->ep_r_comm[i], r2 = r_comm * r_comm;
-    int *count = sc->neighbours + j0;
-    float *nearest2 = sc->nearest2 + j0;
-    uint64_t adjacency[DS_MAX_DRONES];
+    DS_ROW(int32_t) count = sc->neighbours + j0;
+    DS_ROW(float) nearest2 = sc->nearest2 + j0;
+    DS_SCRATCH(uint64_t, adjacency, DS_MAX_DRONES);
     ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
     uint64_t base = ds_base_links(env, i, alive, r2);
     const float p_drop = env->ep_p_drop[i];
@@ -1311,25 +1520,38 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     env->connected_steps[i] += connected_count;
     DS_TICK(DS_PH_CONNECT);
 
-    /* squared distances scanning drone -> victim, shared by phases 4 and 6 */
-    float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
-    int32_t victim_counts[DS_MAX_DRONES][3], scanners[DS_MAX_DRONES];
+    /* squared distances scanning drone -> victim, shared by phases 4 and 6
+     * (DS_VICTIM_D2: on the GPU recomputed where read, see ds_sight_d2), and
+     * per drone the three counts of ds_victim_scan */
+    DS_SCRATCH(int32_t, victim_counts, DS_MAX_DRONES * 3);
+    DS_SCRATCH(int32_t, scanners, DS_MAX_DRONES);
     const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
     const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
     const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
     int num_scanners = 0, any_confirm = 0;
     for (uint64_t s = scanning; s; s &= s - 1) scanners[num_scanners++] = pg_ctz64(s);
+#ifdef PG_GPU
+    float reach2 = rs2 > rc2 ? rs2 : rc2; /* the pairs ds_occlude tests */
+    reach2 = reach2 > near2 ? reach2 : near2;
+#define DS_VICTIM_D2(d, v) ds_sight_d2(env, i, d, v, reach2)
+    ds_sight_counts(env, i, num_scanners, scanners, rc2, rs2, near2, reach2, victim_counts);
+#else
+    float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
+#define DS_VICTIM_D2(d, v) victim_d2[(size_t)(d) * m + (v)]
     if (num_scanners)
         ds_victim_scan((size_t)num_scanners, scanners, x, y, (size_t)m, vx, vy, status, rc2, rs2,
-                       near2, victim_d2, &victim_counts[0][0]);
+                       near2, victim_d2, victim_counts);
     if (num_scanners && env->n_obstacles)
         ds_occlude(env, i, num_scanners, scanners, x, y, vx, vy, status, rc2, rs2, near2,
-                   victim_d2, &victim_counts[0][0]);
-    for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[scanners[j]][0];
+                   victim_d2, victim_counts);
+#endif
+    for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[3 * scanners[j]];
 
     /* 4. confirmation, 5. delivery */
-    int confirmations[DS_MAX_DRONES], own_delivered[DS_MAX_DRONES], own_lost[DS_MAX_DRONES];
-    for (int d = 0; d < n; d++) confirmations[d] = own_delivered[d] = own_lost[d] = 0;
+    DS_SCRATCH(int32_t, confirmation_count, DS_MAX_DRONES);
+    DS_SCRATCH(int32_t, own_delivered, DS_MAX_DRONES);
+    DS_SCRATCH(int32_t, own_lost, DS_MAX_DRONES);
+    for (int d = 0; d < n; d++) confirmation_count[d] = own_delivered[d] = own_lost[d] = 0;
     const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
     int delivered_now = 0, changed = 0;
     /* With no scanning drone near a victim, no confirmation in progress and no
@@ -1342,7 +1564,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
             float best2 = INFINITY;
             for (uint64_t s = any_confirm ? scanning : 0; s; s &= s - 1) {
                 int d = pg_ctz64(s);
-                float d2 = victim_d2[(size_t)d * m + v];
+                float d2 = DS_VICTIM_D2(d, v);
                 if (d2 <= rc2 && d2 < best2) {
                     best2 = d2;
                     best = d;
@@ -1363,7 +1585,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
                     env->ever_confirmed[ov + v] = 1;
                     *progress = 0;
                     *drone = -1;
-                    confirmations[best]++;
+                    confirmation_count[best]++;
                 }
             }
         }
@@ -1396,15 +1618,14 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     for (uint64_t s = scanning; s; s &= s - 1) {
         int d = pg_ctz64(s);
         float *slots = obs + (od + d) * dim + 10;
-        const float *row = victim_d2 + (size_t)d * m;
-        if (!changed && victim_counts[d][1] == 0) { /* nothing in sensing range */
-            scan_near |= (uint64_t)(victim_counts[d][2] > 0) << d;
+        if (!changed && victim_counts[3 * d + 1] == 0) { /* nothing in sensing range */
+            scan_near |= (uint64_t)(victim_counts[3 * d + 2] > 0) << d;
             continue;
         }
-        float slot_d2[DS_MAX_NEAREST];
+        DS_SCRATCH(float, slot_d2, DS_MAX_NEAREST);
         int found = 0, near = 0;
         for (int v = 0; v < m; v++) {
-            float d2 = row[v];
+            float d2 = DS_VICTIM_D2(d, v);
             near |= (status[v] == DS_UNKNOWN) & (d2 <= near2);
             if (!(d2 <= rs2) || status[v] == DS_DELIVERED) continue;
             float u = pg_uniform(rng);
@@ -1434,7 +1655,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     float share = env->r_found * (float)delivered_now;
     if (env->divide_found) share = share / (float)n;
     for (int d = 0; d < n; d++) {
-        sc->confirmations[j0 + d] = (float)confirmations[d];
+        sc->confirmations[j0 + d] = (float)confirmation_count[d];
         sc->scan_near[j0 + d] = (float)((scan_near >> d) & 1);
         sc->alive[j0 + d] = (float)((alive >> d) & 1);
         /* the owner's own terms, added to its share in this order (the reference's) */
@@ -1450,6 +1671,7 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
     int terminal = all_delivered | (alive == 0);
     sc->terminal[b] = (uint8_t)terminal;
     sc->truncated[b] = (uint8_t)(!terminal & (env->step[i] >= env->max_steps));
+#undef DS_VICTIM_D2
 }
 
 /* Pass 4, one instance: flags, and for a finished episode its final
@@ -1478,7 +1700,11 @@ PG_DEVICE static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t
 PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     const int n = env->n, dim = env->obs_dim;
+#ifdef PG_GPU
+    const int per_block = 1; /* the block's rows are instance `first`'s DsRows */
+#else
     const int per_block = DS_BLOCK_DRONES / n;
+#endif
     DsScratch sc;
 #ifdef DS_PROFILE
     uint64_t before[DS_PH_COUNT];
@@ -1487,10 +1713,20 @@ PG_DEVICE static void env_step(Env *env, int start, int end) {
     for (int first = start; first < end; first += per_block) {
         const int last = first + per_block < end ? first + per_block : end;
         const size_t d0 = (size_t)first * n, count = (size_t)(last - first) * n;
+#ifdef PG_GPU
+        ds_block_rows(env, first, &sc);
+#endif
         DS_TICK_START();
         if (env->n_obstacles) {
+#ifdef PG_GPU
+            for (size_t d = 0; d < count; d++) {
+                sc.old_x[d] = env->x[d0 + d];
+                sc.old_y[d] = env->y[d0 + d];
+            }
+#else
             memcpy(sc.old_x, env->x + d0, count * sizeof(float));
             memcpy(sc.old_y, env->y + d0, count * sizeof(float));
+#endif
         }
         ds_move(env, count, (const float *)pg->actions + d0 * 3, env->x + d0, env->y + d0,
                 env->battery + d0, sc.speed2, sc.cell, sc.active, sc.scan);
