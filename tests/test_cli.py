@@ -74,6 +74,7 @@ def test_tensorboard_absent_is_a_notice_and_present_gets_the_config_as_text(tmp_
                                                                             monkeypatch,
                                                                             capsys):
     from peregrine.train.metrics import RunLogger
+    monkeypatch.setenv("PEREGRINE_CACHE", str(tmp_path / "cache"))  # a machine that never saw it
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     logger = RunLogger(tmp_path / "a", (), tensorboard=True, dashboard=False,
                        config_toml="[train]\nseed = 1\n")

@@ -110,11 +110,24 @@ def run(args) -> int:
         overrides.append(("train.seed", args.seed))
     if args.total_steps is not None:
         overrides.append(("train.total_steps", args.total_steps))
-
     # OpenMP threads that spin while waiting made torch_threads = 2 about 80x
     # slower on a 2-core machine (13k vs 1.06M SPS, benchmarks/RESULTS.md);
-    # sleeping waits cost nothing measurable at 1 thread. Must precede torch.
+    # sleeping waits cost nothing measurable at 1 thread. Must precede torch
+    # (and any native library that loads OpenMP).
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+    # Everything a user can get wrong on the command line is checked before torch
+    # is imported (about a second, several on a loaded machine), so a mistake costs
+    # one line in a fraction of a second: flags first, then the config itself
+    # (load_config validates the env name, keys, values and variants).
+    _check_flags(args)
+    config = None
+    if not args.resume:
+        if args.env is None and args.config is None:
+            raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
+                             f"(shipped configs: {', '.join(shipped_configs())})")
+        config = load_config(args.env, args.config, overrides)
+
     from ..train import run as runs  # imports torch: only after the arguments are sound
     if args.resume:
         run_dir = Path(args.resume)
@@ -128,17 +141,8 @@ def run(args) -> int:
         if args.env is not None and args.env != config.env_name:
             raise ValueError(f"--resume {str(run_dir)!r} is a {config.env_name!r} run, not "
                              f"{args.env!r}")
-        if args.config:
-            raise ValueError("--config cannot be combined with --resume (the run's own "
-                             "config.toml is used; pass overrides instead)")
     else:
-        if args.env is None and args.config is None:
-            raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
-                             f"(shipped configs: {', '.join(shipped_configs())})")
-        config = load_config(args.env, args.config, overrides)
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
-    if args.resume and args.overwrite:
-        raise ValueError("--overwrite starts a new run; it cannot be combined with --resume")
     if args.nproc == "auto":
         args.nproc, args.rank_overrides = _auto_ranks(args, config)
     if args.nproc != 1:
@@ -190,6 +194,19 @@ def run(args) -> int:
     return runs.exit_code(summary)
 
 
+def _check_flags(args) -> None:
+    """Combinations and values of the plain flags (no config needed)."""
+    if args.resume and args.config:
+        raise ValueError("--config cannot be combined with --resume (the run's own "
+                         "config.toml is used; pass overrides instead)")
+    if args.resume and args.overwrite:
+        raise ValueError("--overwrite starts a new run; it cannot be combined with --resume")
+    if args.nproc != "auto" and args.nproc < 1:
+        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
+    if args.max_restarts < 0:
+        raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
+
+
 def _auto_ranks(args, config) -> tuple[int, list[str]]:
     """--nproc auto: (ranks, override tokens for every rank); see distributed.auto_ranks.
     A resumed run keeps the world size its checkpoint was written by."""
@@ -212,10 +229,6 @@ def _launch(args, config, run_dir) -> int:
     torch.distributed.run."""
     from ..train.distributed import check_config, check_world_size, launch, launched
     from ..train.run_dir import check_new
-    if args.nproc < 1:
-        raise ValueError(f"--nproc must be >= 1, got {args.nproc}")
-    if args.max_restarts < 0:
-        raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
     if launched():
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     check_config(config)

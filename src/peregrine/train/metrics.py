@@ -7,7 +7,8 @@ trainer's own record, read by the benchmarks and tests). When
 `peregrine monitor RUN_DIR` dashboard can attach; a failure there disables it
 with a warning and never stops training. TensorBoard event files go to
 RUN_DIR/tensorboard when `train.tensorboard` is true (the default) and
-tensorboard is installed.
+tensorboard is installed; when it is not, a notice says so once per machine
+(a marker file in Peregrine's cache folder), not on every run.
 
 A record's `time_split` holds the update's seconds by phase: `env` (waiting for env
 steps), `forward` (the rest of the rollout: policy forward, sampling, storage
@@ -71,6 +72,27 @@ def cut_jsonl(path, updates: int) -> int:
     return size - keep
 
 
+# In Peregrine's cache folder: present once the TensorBoard notice has been shown.
+TENSORBOARD_NOTICE_MARKER = "tensorboard-notice-shown"
+
+
+def first_tensorboard_notice() -> bool:
+    """True the first time it is asked on this machine (it leaves a marker file in
+    the cache folder, $PEREGRINE_CACHE or ~/.cache/peregrine), False after. An
+    unwritable cache folder cannot remember: True, so the notice is never lost."""
+    from ..envs.sdk import cache_dir          # <cache>/native: the folder's one definition
+    marker = cache_dir().parent / TENSORBOARD_NOTICE_MARKER
+    try:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        with open(marker, "x"):               # exclusive create: one process wins
+            pass
+    except FileExistsError:
+        return False
+    except OSError:
+        return True
+    return True
+
+
 class RunLogger:
     def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True,
                  world_size: int = 1, resume_from: tuple[int, int] | None = None,
@@ -104,8 +126,10 @@ class RunLogger:
         try:
             from torch.utils.tensorboard import SummaryWriter
         except ImportError:
-            self._warn("TensorBoard event files skipped: tensorboard is not installed "
-                       "(pip install tensorboard; --train.tensorboard false silences this)")
+            if first_tensorboard_notice():
+                self._warn("TensorBoard event files skipped: tensorboard is not installed "
+                           "(pip install tensorboard; --train.tensorboard false silences "
+                           "this; shown once on this machine)")
             return None
         try:
             purge_step = None if resume_from is None else resume_from[1] + 1
