@@ -36,6 +36,9 @@ import tempfile
 import time
 from pathlib import Path
 
+# (not through suite_common: its OPENBLAS_NUM_THREADS would reach the timed runs)
+from peregrine.vector.common import available_cores
+
 HERE_SOURCE = Path(__file__).resolve().parents[1] / "src"
 TRAINING = re.compile(r"([\d,]+) steps in ([\d.]+) s of training")
 RECENT = re.compile(r"recent mean return ([\d.]+)")
@@ -117,7 +120,9 @@ def main() -> int:
         load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
         for mode in modes:
             print(f"command ({mode}): " + " ".join(command(Path("RUN_DIR"), mode)))
-        print(f"{args.runs} runs each, {os.cpu_count()} CPUs, load average {start_load:.2f} at "
+        cores = available_cores()
+        print(f"{args.runs} runs each, {cores} usable core{'' if cores == 1 else 's'} (affinity "
+              f"and cgroup quota; {os.cpu_count()} logical), load average {start_load:.2f} at "
               f"the start, {load:.2f} at the end")
         first = None
         for (source, mode), runs in results.items():

@@ -11,11 +11,10 @@ TINY = os.environ.get("PEREGRINE_BENCH_TINY", "") not in ("", "0")
 
 
 def usable_cores() -> int:
-    """Cores this process may run on (the "all threads" of a native env step)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        return os.cpu_count() or 1
+    """Cores this process may keep busy (the "all threads" of a native env step):
+    affinity and cgroup quota, the count the library itself uses."""
+    from peregrine.vector.common import available_cores
+    return available_cores()
 
 
 def thread_counts() -> list[int]:

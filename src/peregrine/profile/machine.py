@@ -36,10 +36,8 @@ def _version(distribution: str) -> str | None:
 
 
 def machine_facts() -> dict:
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except (AttributeError, OSError):
-        usable = os.cpu_count()
+    from ..vector.common import available_cores   # affinity and cgroup quota
+    usable = available_cores()
     try:
         load = [round(x, 2) for x in os.getloadavg()]
     except (AttributeError, OSError):

@@ -90,6 +90,8 @@ import torch
 import torch.distributed as torch_dist
 
 from ..envs.native.batch import EpisodeStats
+# available_cores: affinity and cgroup quota, the count the vector backends use too
+from ..vector.common import available_cores, warn_if_oversubscribed
 from . import local_reduce
 
 # Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.
@@ -222,14 +224,6 @@ def config_differences(configs: list) -> dict:
     missing = _Unset()
     return {key: [values.get(key, missing) for values in flat] for key in keys
             if any(values.get(key, missing) != flat[0].get(key, missing) for values in flat)}
-
-
-def available_cores() -> int:
-    """The CPU cores this process may run on (its affinity mask where the OS has one)."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:   # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def auto_ranks(config, cores: int) -> tuple[int, list[tuple[str, int]], str]:
@@ -466,6 +460,8 @@ def launch(nproc: int, argv, max_restarts: int = 0) -> int:
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.run import get_args_parser, run
+    warn_if_oversubscribed(nproc, "ranks", f"Use at most --nproc {available_cores()}, or "
+                           f"--nproc auto (one rank per core, the same global batch).")
     args = get_args_parser().parse_args(
         ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
          "-m", "peregrine", "train", *argv])

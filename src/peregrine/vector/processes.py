@@ -92,7 +92,7 @@ import numpy as np
 from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
 from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
-                     resolve_seed, stats_to_sums)
+                     resolve_seed, stats_to_sums, warn_if_oversubscribed)
 from .lifetime import die_with_parent, watch_parent
 from .recipe import EnvRecipe
 
@@ -517,12 +517,12 @@ class Multiprocessing(VectorBase):
                              f"got {start_method!r}")
         _refuse_unguarded_start(start_method)
         cores = available_cores()
-        if isinstance(num_workers, int) and num_workers > cores and not overwork:
-            raise ValueError(f"num_workers ({num_workers}) is more than the {cores} available "
-                             f"cores; workers would fight for CPU. Set vec.num_workers to at "
-                             f"most {cores} (--vec.num-workers {cores}, or \"auto\": one per "
-                             f"core); from Python, Multiprocessing(..., overwork=True) allows "
-                             f"it anyway")
+        if isinstance(num_workers, int) and not overwork:
+            warn_if_oversubscribed(
+                num_workers, "workers",
+                f"Set vec.num_workers to at most {cores} (--vec.num-workers {cores}, or "
+                f"\"auto\": one per core); from Python, Multiprocessing(..., overwork=True) "
+                f"says it is intended and silences this.", stacklevel=3)
         self._parent_spin = _PARENT_SPIN_SECONDS if num_workers < cores else 0.0
         self._resources = _Resources()
         self._finalizer = weakref.finalize(self, self._resources.close)
