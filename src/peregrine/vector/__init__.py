@@ -51,7 +51,7 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
         "multiprocessing" (one process per worker over shared memory).
         Default: "native" for a name, "serial" for a callable.
     num_workers: blocks/processes; must divide num_envs. More workers than
-        cores is refused unless overwork=True.
+        cores warns (CoresWarning) unless overwork=True.
     batch_size: envs per recv() (Multiprocessing); a multiple of
         num_envs / num_workers; default num_envs (synchronous).
     num_threads: threads of each native batch (per worker: hierarchical).
