@@ -162,6 +162,7 @@ def test_the_download_command_is_the_one_documented():
     for name, version in gpu_acceptance.WHEELS.items():
         assert f"{name}=={version}" in command
     assert command in (ROOT / "README.md").read_text()
+    assert gpu_acceptance.peer_wheels_command() in (ROOT / "README.md").read_text()
     assert "/.gpu-wheels/" in (ROOT / ".gitignore").read_text().split()
 
 

@@ -67,8 +67,10 @@
  *     reset the instance and write the new first observation into observations.
  *   - Determinism: all randomness comes from pg.rng[instance].
  *   - On the GPU one thread steps one instance (start + 1 == end): per-call
- *     scratch lives on that thread's stack, so size it by PG_GPU (DroneSwarm's
- *     block buffers), and write nothing outside your instance's rows.
+ *     scratch on that thread's stack becomes local memory reserved for every
+ *     thread the GPU can hold, so keep it small and constant-indexed, or put it
+ *     in a PG_ALLOC array of the Env (DroneSwarm's `work`); write nothing
+ *     outside your instance's rows.
  */
 #ifndef PEREGRINE_PG_ENV_H
 #define PEREGRINE_PG_ENV_H
