@@ -30,30 +30,60 @@ baseline fails on the working tree), 2 refused (unknown baseline, different
 machine, different sizes), 3 a session could not run.
 
 The verdict, per benchmark (`verdict()`): each session gives the benchmark's
-best (minimum) time per call; over the sessions, `best_X` is the minimum and
-`spread_X` = max / min - 1 of one side's session minima. The reference (one
+best (minimum) time per call and its median round; over the sessions,
+`best_X` is the minimum of one side's session minima. The reference (one
 step of the NumPy CartPole, measured in every session, not judged) gives the
 machine's drift between the sides, `drift = best_current / best_baseline` of
-the reference. Then
+the reference. The noise of the comparison is measured from the sessions
+themselves, per benchmark (`noise()`):
 
-    ratio = best_current / best_baseline
-    band  = max(threshold, spread_baseline, spread_current)
-    REGRESSION  if ratio / max(1, drift) - 1 > band
-    faster      if min(1, drift) / ratio - 1 > band
-    same        otherwise
+    spread_X    = max / min - 1 of side X's session minima
+    noise       = max(spread_baseline, spread_current)
+    for a benchmark with long rounds (median round >= 5 ms, LONG_ROUND), also
+                  max(inflation_baseline, inflation_current, load excess)
+      inflation_X = median over X's sessions of (median round / best round - 1)
+      load excess = peak 1-minute load average / usable cores - 1 (0 if below)
+
+and with `margin` = 1.5 (MARGIN):
+
+    band     = max(threshold, (1 + noise) ** margin - 1)
+    slowdown = ratio / max(1, drift),  ratio = best_current / best_baseline
+    REGRESSION                         if slowdown - 1 > band
+    not judged (noise N, load L)       if threshold < slowdown - 1 <= band
+    faster                             if min(1, drift) / ratio - 1 > band
+    same                               otherwise
 
 Why this statistic: on a shared machine noise only ever adds time, so the
 minimum is the steadiest estimate of what the code costs (min-of-N); the
 spread of one code's session minima is this machine's noise measured during
-this very comparison, so a difference is called only outside it: ratio - 1 >
-spread_baseline means every current session was slower than every baseline
-session, and > spread_current that the gap exceeds the current code's own
-scatter; `--threshold` (default 10%) is the smallest change worth failing a
-build for, and absorbs code-layout effects that separate builds of the same
-source can show. With 3 sessions a side, complete separation alone happens
-by chance with probability 1/20 per benchmark for identical code (1/70 with
-4, 1/252 with 5); the further conditions make a false alarm much rarer. The
-drift allowance is there because under heavy load (load average ~10 on 2
+this very comparison. A slowdown is called only when it clears that noise by
+the margin: the spread of one side's three session minima is the range of
+three draws, about 1.7 standard deviations of a normal scatter on average,
+while six draws of identical code (both sides together) range over about 2.5,
+half as much again: so a gap up to 1.5x one side's measured spread (compared
+on a log scale, hence the power) is what identical code is expected to show.
+`--threshold` (default 10%) is the smallest change worth failing a build
+for, and absorbs code-layout effects that separate builds of the same
+source can show.
+
+Long rounds (a PPO update, the cold start: 3 rounds of 60 ms to seconds a
+session) need the two further terms. A round that short of a scheduler slice
+(microseconds, hundreds of rounds a session) often runs untouched, so its
+minimum is the uncontended cost whatever the load, and the session spread
+measures how well; a round of many slices is shared with other jobs in every
+round, so its minimum carries the load of its moment. Then (1) a session
+whose typical round took far longer than its best shows that its best was a
+lucky draw that the next session need not repeat (the inflation), and (2)
+with the load average at L on C usable cores a CPU-bound process gets about
+C / L of a core, so other jobs alone can stretch such a round by L / C (the
+load excess): a self-comparison on 2 shared cores at load ~4.6 once put
+`ppo_update[mountain_car]` at 2.29x with both sides' spreads inside that.
+A slowdown over the threshold that the band cannot exclude is `not judged`
+with its noise and load printed: not a regression (exit 0), and not `same`
+either (rerun on a quieter machine, or with more sessions, to judge it). A
+noisy machine only widens the band; it never makes a verdict up.
+
+The drift allowance is there because under heavy load (load average ~10 on 2
 cores) a whole session can run slow, its minimum included: in a
 self-comparison on such a machine the reference itself came out 12% slower
 for one side. The reference can only excuse a slowdown (drift > 1) or a
@@ -67,9 +97,7 @@ whole comparison: on a shared machine such a figure is bimodal (a 2-thread
 Prospector step took 46 us in sessions that found the second core free, 91 us
 in the others), and in the fourth self-comparison of the final series all
 three baseline sessions found it free and all three current sessions did not,
-which the spread cannot see. Its row then says `not judged`. A noisy machine
-widens the band (a regression smaller than the noise is not called: rerun on
-a quieter machine, or with more sessions); it never makes a verdict up.
+which the spread cannot see. Its row then says `not judged (N cores, load L)`.
 
 `compare --stored` skips the worktree and compares the working tree's
 sessions with the figures saved in the baseline, each divided by its own
@@ -99,6 +127,11 @@ REFERENCE = "test_reference_numpy_cartpole"
 MACHINE_KEYS = ("cpu_model", "logical_cores", "usable_cores", "architecture")
 LIBRARY_KEYS = ("python", "numpy", "torch", "gymnasium")
 DEFAULT_THRESHOLD = 0.10
+# A slowdown must clear the measured noise by this power of (1 + noise) (module docstring).
+MARGIN = 1.5
+# Rounds at least this long (seconds) span several scheduler slices: other jobs share
+# every one of them, so round inflation and load count as noise (module docstring).
+LONG_ROUND = 5e-3
 DEFAULT_SESSIONS = 3
 EXIT_OK, EXIT_REGRESSION, EXIT_REFUSED, EXIT_SESSION_FAILED = 0, 1, 2, 3
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -119,27 +152,62 @@ def spread(values) -> float:
     return max(values) / min(values) - 1 if len(values) >= 2 else math.nan
 
 
-def verdict(baseline, current, threshold: float = DEFAULT_THRESHOLD, drift: float = 1.0) -> dict:
+def inflation(minima, medians) -> float:
+    """Median over sessions of (median round / best round - 1): how far a typical
+    round sat above the session's best (NaN without figures)."""
+    values = sorted(med / low - 1 for low, med in zip(minima, medians)
+                    if low > 0 and math.isfinite(low) and math.isfinite(med) and med >= low)
+    if not values:
+        return math.nan
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2
+
+
+def load_excess(load: float, usable_cores: int | None) -> float:
+    """How much other jobs could stretch a long CPU-bound round: load / cores - 1, at least 0
+    (NaN when either is unknown)."""
+    if not usable_cores or not math.isfinite(load):
+        return math.nan
+    return max(0.0, load / usable_cores - 1)
+
+
+def noise(baseline, current, extra=()) -> float:
+    """The comparison's measured noise: the larger side spread of session minima and any
+    `extra` terms (a long-round benchmark's inflation and load excess); NaN-free, >= 0."""
+    terms = [t for t in (spread(baseline), spread(current), *extra) if t == t]
+    return max([0.0, *terms])
+
+
+def verdict(baseline, current, threshold: float = DEFAULT_THRESHOLD, drift: float = 1.0,
+            extra_noise=(), load: float = math.nan) -> dict:
     """The verdict for one benchmark from each side's per-session minimum times
     (seconds per call, or any figure where smaller is better); `drift` is the
-    reference's best_current / best_baseline (the machine's change between the sides)."""
+    reference's best_current / best_baseline (the machine's change between the sides);
+    `extra_noise`: further measured noise terms (see the module docstring); `load`: the
+    peak load average, only printed in a `not judged` verdict."""
     baseline = [v for v in baseline if v > 0 and math.isfinite(v)]
     current = [v for v in current if v > 0 and math.isfinite(v)]
     if not baseline or not current:
         return {"verdict": "missing on current" if baseline else "new", "ratio": math.nan,
-                "band": math.nan, "spread_baseline": spread(baseline),
+                "band": math.nan, "noise": math.nan, "spread_baseline": spread(baseline),
                 "spread_current": spread(current)}
     ratio = min(current) / min(baseline)
-    spreads = [s for s in (spread(baseline), spread(current)) if s == s]
-    band = max([threshold, *spreads])
+    measured = noise(baseline, current, extra_noise)
+    band = max(threshold, (1 + measured) ** MARGIN - 1)
     drift = drift if drift > 0 and math.isfinite(drift) else 1.0
-    if ratio / max(1.0, drift) - 1 > band:
+    slowdown = ratio / max(1.0, drift) - 1
+    if slowdown > band:
         outcome = "REGRESSION"
+    elif slowdown > threshold:
+        # Slower by more than is worth failing for, but inside what this run's own noise
+        # could make of identical code: neither a regression nor "same".
+        load_text = f"{load:.1f}" if load == load else "unknown"
+        outcome = f"not judged (noise {measured:.0%}, load {load_text})"
     elif min(1.0, drift) / ratio - 1 > band:
         outcome = "faster"
     else:
         outcome = "same"
-    return {"verdict": outcome, "ratio": ratio, "band": band, "drift": drift,
+    return {"verdict": outcome, "ratio": ratio, "band": band, "noise": measured, "drift": drift,
             "spread_baseline": spread(baseline), "spread_current": spread(current)}
 
 
@@ -248,13 +316,23 @@ def run_session(source: Path, output: Path, select: str | None, tiny: bool,
         "source": str(source), "started": start, "seconds": time.time() - start,
         "load_before_1_5_15": load_before, "load_after_1_5_15": load_after,
         "failed": failed,
+        **session_figures(data),
+    }
+
+
+def session_figures(data: dict) -> dict:
+    """What a session keeps of a pytest-benchmark JSON file: per benchmark its best and
+    median round (seconds per call), round count, group and cores kept busy."""
+    benchmarks = data["benchmarks"]
+    return {
         "reference_source_sha256": next(
-            (b["extra_info"].get("reference_source_sha256") for b in data["benchmarks"]
+            (b["extra_info"].get("reference_source_sha256") for b in benchmarks
              if b["name"] == REFERENCE), None),
-        "minimum": {b["name"]: b["stats"]["min"] for b in data["benchmarks"]},
-        "median": {b["name"]: b["stats"]["median"] for b in data["benchmarks"]},
-        "group": {b["name"]: b["group"] for b in data["benchmarks"]},
-        "cores": {b["name"]: cores_needed(b) for b in data["benchmarks"]},
+        "minimum": {b["name"]: b["stats"]["min"] for b in benchmarks},
+        "median": {b["name"]: b["stats"]["median"] for b in benchmarks},
+        "rounds": {b["name"]: b["stats"]["rounds"] for b in benchmarks},
+        "group": {b["name"]: b["group"] for b in benchmarks},
+        "cores": {b["name"]: cores_needed(b) for b in benchmarks},
     }
 
 
@@ -327,6 +405,21 @@ def peak_load(sessions) -> float:
     return max(values) if values else math.nan
 
 
+def long_round_noise(name, baseline_sessions, current_sessions, load,
+                     usable_cores) -> tuple[float, ...]:
+    """The extra noise terms of a benchmark whose rounds are long (median round >=
+    LONG_ROUND in the sessions' median): each side's round inflation and the load excess;
+    () for short rounds, or sessions recorded without medians."""
+    sides = [[(s["minimum"][name], s["median"][name]) for s in side
+              if name in s.get("median", {}) and name in s["minimum"]]
+             for side in (baseline_sessions, current_sessions)]
+    medians = sorted(med for side in sides for _, med in side)
+    if not medians or medians[len(medians) // 2] < LONG_ROUND:
+        return ()
+    return (*(inflation(*zip(*side)) if side else math.nan for side in sides),
+            load_excess(load, usable_cores))
+
+
 def analyse(baseline_sessions, current_sessions, threshold, stored=False,
             reference_comparable=True, usable_cores: int | None = None) -> list[dict]:
     """One row per benchmark. Interleaved: the verdict on absolute times with the
@@ -347,8 +440,10 @@ def analyse(baseline_sessions, current_sessions, threshold, stored=False,
     for name in names:
         b, c = ([s[name] for s in side if name in s] for side in absolute)
         nb, nc = ([s[name] for s in side if name in s] for side in relative)
-        by_reference = verdict(nb, nc, threshold)
-        row = {"benchmark": name, **(by_reference if stored else verdict(b, c, threshold, drift)),
+        extra = long_round_noise(name, baseline_sessions, current_sessions, load, usable_cores)
+        by_reference = verdict(nb, nc, threshold, extra_noise=extra, load=load)
+        row = {"benchmark": name,
+               **(by_reference if stored else verdict(b, c, threshold, drift, extra, load)),
                "reference_ratio": by_reference["ratio"],
                "baseline_best": min(b) if b else math.nan,
                "current_best": min(c) if c else math.nan,
@@ -360,7 +455,7 @@ def analyse(baseline_sessions, current_sessions, threshold, stored=False,
         if name == REFERENCE:
             row["verdict"] = "yardstick"
         elif cores.get(name, 1) > 1 and usable_cores and not load < usable_cores \
-                and row["verdict"] in ("REGRESSION", "faster", "same"):
+                and row["verdict"] not in ("new", "missing on current"):
             # Whether a second core is free is the other jobs' doing: such a benchmark is
             # bimodal on a shared machine (a 2-thread step takes 46 or 91 us by session).
             row["verdict"] = f"not judged ({cores[name]} cores, load {load:.1f})"
@@ -466,7 +561,8 @@ def command_compare(args) -> int:
         + f"; 1-min load average {_load_text(all_sessions)} "
         f"(saved: {_load_text(saved['sessions'])})",
         f"rule: regression when best-of-sessions ratio - 1 > max({args.threshold:.0%}, "
-        "spread of either side's session minima)" + (
+        f"(1 + noise) ** {MARGIN:g} - 1), noise the spread of either side's session minima "
+        f"(rounds >= {LONG_ROUND * 1e3:g} ms: also round inflation and load / cores - 1)" + (
             ", in x-reference figures" if args.stored else
             f", after the machine's drift (reference ratio {drift_text}) is allowed for"),
     ]
@@ -475,7 +571,11 @@ def command_compare(args) -> int:
     if busy:
         warnings.append(f"{len(busy)} of {len(all_sessions)} sessions ended with the load average "
                         f"above the {machine['usable_cores']} usable cores: the machine was shared")
-    if any(r["verdict"].startswith("not judged") for r in rows):
+    if any(r["verdict"].startswith("not judged (noise") for r in rows):
+        warnings.append("slowdowns over the threshold but inside this run's measured noise are "
+                        "not judged (not regressions): rerun on a quieter machine or with more "
+                        "--sessions to judge them")
+    if any(re.match(r"not judged \(\d+ cores", r["verdict"]) for r in rows):
         warnings.append("benchmarks that keep several cores busy are not judged: the load "
                         f"average reached {peak_load(all_sessions):.1f} on "
                         f"{machine['usable_cores']} usable cores, so whether their other cores "

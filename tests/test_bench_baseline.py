@@ -49,17 +49,25 @@ def test_identical_figures_are_the_same():
 
 
 def test_a_slowdown_beyond_threshold_and_both_spreads_is_a_regression():
-    row = baseline.verdict([1.0, 1.03, 1.05], [1.5, 1.52, 1.6])
+    row = baseline.verdict([1.0, 1.03, 1.02], [1.5, 1.52, 1.54])
     assert row["verdict"] == "REGRESSION" and row["ratio"] == pytest.approx(1.5)
     assert row["band"] == pytest.approx(0.10)          # the threshold: both spreads smaller
+    # A wider spread widens the band by the margin: 1.067 ** 1.5 - 1.
+    row = baseline.verdict([1.0, 1.03, 1.05], [1.5, 1.52, 1.6])
+    assert row["band"] == pytest.approx((1.6 / 1.5) ** baseline.MARGIN - 1)
+    assert row["verdict"] == "REGRESSION"
 
 
 def test_a_slowdown_inside_the_measured_spread_is_not_called():
-    """20% slower at best, but the baseline's own sessions were 40% apart."""
-    row = baseline.verdict([1.0, 1.4, 1.1], [1.2, 1.25, 1.3])
-    assert row["verdict"] == "same" and row["band"] == pytest.approx(0.4)
+    """20% slower at best, but the baseline's own sessions were 40% apart: over the
+    threshold, inside the noise, so not judged (and not a regression)."""
+    row = baseline.verdict([1.0, 1.4, 1.1], [1.2, 1.25, 1.3], load=3.2)
+    assert row["verdict"] == "not judged (noise 40%, load 3.2)"
+    assert row["band"] == pytest.approx(1.4 ** baseline.MARGIN - 1)
     # The current side's scatter counts too: every session slower, but noisy.
-    assert baseline.verdict([1.0, 1.01], [1.3, 1.9])["verdict"] == "same"
+    assert baseline.verdict([1.0, 1.01], [1.3, 1.9])["verdict"].startswith("not judged (noise 46%")
+    # A change inside the threshold stays "same", however noisy.
+    assert baseline.verdict([1.0, 1.4], [1.05, 1.3])["verdict"] == "same"
 
 
 def test_below_threshold_is_not_a_regression_however_steady():
