@@ -67,7 +67,7 @@ for, and absorbs code-layout effects that separate builds of the same
 source can show.
 
 Long rounds (a PPO update, the cold start: 3 rounds of 60 ms to seconds a
-session) need the two further terms. A round that short of a scheduler slice
+session) need the two further terms. A round much shorter than a scheduler slice
 (microseconds, hundreds of rounds a session) often runs untouched, so its
 minimum is the uncontended cost whatever the load, and the session spread
 measures how well; a round of many slices is shared with other jobs in every
