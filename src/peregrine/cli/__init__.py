@@ -14,13 +14,14 @@ import sys
 
 # Third-party modules a command may need -> the extra that installs them.
 EXTRAS = {"torch": "train", "rich": "train", "matplotlib": "train", "PIL": "train",
-          "cuda": "cuda", "pettingzoo": "pettingzoo"}
+          "cuda": "cuda", "pettingzoo": "pettingzoo", "optuna": "sweep", "wandb": "wandb"}
 
 # name -> (module, one-line help)
 COMMANDS = {
     "train": ("peregrine.cli.train", "train an agent with PPO (live dashboard)"),
     "eval": ("peregrine.cli.eval", "evaluate a policy or checkpoint: episode statistics"),
     "bench": ("peregrine.cli.bench", "measure env steps/s of a native env"),
+    "sweep": ("peregrine.cli.sweep", "tune a config's hyperparameters with Optuna over several seeds"),
     "profile": ("peregrine.cli.profile", "throughput profiler with JSON artifacts and targets"),
     "monitor": ("peregrine.cli.monitor", "attach a dashboard to a run"),
     "envs": ("peregrine.cli.envs", "list environments and their spaces"),

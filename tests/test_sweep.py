@@ -1,0 +1,213 @@
+"""`peregrine sweep`: a small CartPole sweep that prunes and exports its best
+variant, a sweep killed mid-trial and resumed, and the one-line errors."""
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+optuna = pytest.importorskip("optuna")
+
+from peregrine.cli import main as cli_main  # noqa: E402
+from peregrine.sweep import (SweepError, intermediate_value, load_sweep, objective_value,  # noqa: E402
+                             run_sweep)
+from peregrine.train.config import load_config  # noqa: E402
+
+# A few thousand steps per seed: CartPole's shipped lr 5e-3 gets past ~100 return,
+# lr 0 stays at a random policy's ~22.
+BUDGET = """
+[vec]
+num_envs = 16
+
+[train]
+total_steps = {steps}
+horizon = 32
+stop_return = 0.0
+progress_interval = 1
+checkpoint_interval = 0
+tensorboard = false
+"""
+
+
+def write_sweep(folder: Path, sweep: str, steps: int = 4096, name: str = "tiny") -> Path:
+    path = folder / f"{name}.toml"
+    path.write_text(sweep + BUDGET.format(steps=steps))
+    return path
+
+
+def study_rows(db: Path) -> dict[int, tuple[str, float | None, bool]]:
+    """trial number -> (state, value, whether its process said its pid), read from
+    the SQLite file as another process sees it."""
+    with sqlite3.connect(db, timeout=30) as connection:
+        rows = connection.execute(
+            "SELECT t.number, t.state, v.value, EXISTS(SELECT 1 FROM trial_user_attributes a "
+            "WHERE a.trial_id = t.trial_id AND a.key = 'pid') FROM trials t "
+            "LEFT JOIN trial_values v ON v.trial_id = t.trial_id").fetchall()
+    return {number: (state, value, bool(pid)) for number, state, value, pid in rows}
+
+
+def test_sweep_prunes_a_hopeless_trial_and_exports_the_best(tmp_path, capsys):
+    # Trial 0: the shipped learning rate; trial 1: lr 0, which never learns and is
+    # pruned once trial 0's curve is above it at the same step.
+    file = write_sweep(tmp_path, """
+[sweep]
+env = "cartpole"
+trials = 3
+seeds = [1, 2]
+eval_episodes = 8
+sampler = { name = "random", seed = 3 }
+pruner = { name = "median", n_startup_trials = 1, n_warmup_steps = 1000 }
+enqueue = [{ "train.learning_rate" = 5e-3 }, { "train.learning_rate" = 0.0 }]
+
+[sweep.params]
+"train.learning_rate" = { choice = [5e-3, 0.0, 2e-3] }
+"train.gamma" = { uniform = [0.95, 0.99] }
+""")
+    sweep = load_sweep(file, directory=tmp_path / "sweep")
+    assert run_sweep(sweep, jobs=1, live=False) == 0
+    out = capsys.readouterr().out
+    study = optuna.load_study(study_name="tiny", storage=sweep.storage)
+    trials = study.get_trials()
+    assert len(trials) == 3
+    assert trials[0].state.name == "COMPLETE" and trials[0].params["train.learning_rate"] == 5e-3
+    assert trials[1].state.name == "PRUNED" and trials[1].params["train.learning_rate"] == 0.0
+    assert "trial 1 PRUNED" in out
+    # The objective is the median over the seeds, each evaluated from its own run.
+    seeds = trials[0].user_attrs["seed_values"]
+    assert len(seeds) == 2 and trials[0].value == pytest.approx(sum(seeds) / 2)
+    assert trials[0].value > 60      # learned, well above a random policy
+    for seed in (1, 2):
+        assert (tmp_path / "sweep/trials/0000" / f"seed-{seed}/checkpoints/latest.pt").is_file()
+    # best.toml: a variant that load_config (so `peregrine train --config`) accepts.
+    best = min((t for t in trials if t.state.name == "COMPLETE"), key=lambda t: -t.value)
+    config = load_config("cartpole", tmp_path / "sweep/best.toml")
+    assert config.train.learning_rate == best.params["train.learning_rate"]
+    assert config.train.gamma == pytest.approx(best.params["train.gamma"])
+    assert config.train.total_steps == 4096 and config.vec.num_envs == 16
+    assert (tmp_path / "sweep/history.png").stat().st_size > 1000
+    # Run again: nothing left to do, no trial added.
+    assert run_sweep(sweep, jobs=1, live=False) == 0
+    assert len(study.get_trials()) == 3
+
+
+def test_sweep_killed_mid_trial_resumes_without_losing_or_repeating(tmp_path):
+    file = write_sweep(tmp_path, """
+[sweep]
+env = "cartpole"
+trials = 3
+seeds = [1]
+eval_episodes = 4
+pruner = "none"
+sampler = { name = "random", seed = 5 }
+
+[sweep.params]
+"train.learning_rate" = { log_uniform = [1e-3, 1e-2] }
+""", steps=8192)
+    folder = tmp_path / "sweep"
+    command = [sys.executable, "-m", "peregrine.cli", "sweep", str(file), "--dir", str(folder)]
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, start_new_session=True)
+    db, before = folder / "study.db", {}
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:      # until trial 0 is done and trial 1 training
+            if db.is_file():
+                try:
+                    before = study_rows(db)
+                except sqlite3.OperationalError:   # tables not made yet
+                    before = {}
+            # trial 1 training: RUNNING, and its process has said its pid
+            if before.get(0, ("",))[0] == "COMPLETE" and before.get(1, ("",))[::2] == (
+                    "RUNNING", True):
+                break
+            assert process.poll() is None, process.stdout.read().decode()
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"no second trial running in time: {before}")
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)     # the sweep and its worker, at once
+        process.wait()
+        process.stdout.close()
+    first = folder / "trials/0000/seed-1/checkpoints/latest.pt"
+    first_written = first.stat().st_mtime_ns
+    resumed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
+                             timeout=180)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "trial(s) [1] were running when the sweep was stopped: marked FAIL" in resumed.stdout
+    after = study_rows(db)
+    assert after[0] == before[0]                   # the finished trial kept, not rerun
+    assert after[1][0] == "FAIL"                   # the killed one failed, not counted
+    counted = [n for n, (state, _, _) in after.items() if state in ("COMPLETE", "PRUNED")]
+    assert len(counted) == 3 and len(after) == 4   # reached `trials`, nothing extra
+    # Trial 0 was not trained again; the new trials trained into folders of their own.
+    assert first.stat().st_mtime_ns == first_written
+    assert {"0002", "0003"} <= {p.name for p in (folder / "trials").iterdir()}
+    assert load_config("cartpole", folder / "best.toml").train.total_steps == 8192
+
+
+SPACE = """
+[sweep]
+env = "cartpole"
+trials = 2
+{extra}
+[sweep.params]
+{param}
+"""
+
+
+@pytest.mark.parametrize("param, extra, message", [
+    ('"train.learning_rate" = { normal = [0, 1] }', "",
+     "must be a table with one distribution of ['uniform', 'log_uniform', 'int', 'choice']"),
+    ('"train.learning_rate" = { uniform = [1e-2, 1e-4] }', "", "bounds must have low < high"),
+    ('"train.learning_rate" = { log_uniform = [0, 1e-2] }', "", "a log scale needs low > 0"),
+    ('"train.update_epochs" = { int = [1.5, 4] }', "", "int takes [low, high] (integers)"),
+    ('"train.learnin_rate" = { uniform = [1e-4, 1e-2] }', "", "unknown config key train.learnin_rate"),
+    ('"train.gamma" = { uniform = [0.5, 1.5] }', "", "train.gamma must be in [0, 1], got 1.5"),
+    ('"policy.activation" = { choice = ["tanh", "gelu"] }', "", "is not one of ['tanh', 'relu']"),
+    ('"train.gamma" = { uniform = [0.9, 0.99] }', 'storage = "nosuchdb://x"',
+     "storage 'nosuchdb://x' cannot be opened"),
+    ('"train.gamma" = { uniform = [0.9, 0.99] }', 'storage = "study.db"',
+     "storage 'study.db' is not a database URL"),
+    ('"train.gamma" = { uniform = [0.9, 0.99] }', 'objective = "best"',
+     "objective = 'best' is not one of ['median', 'worst', 'mean']"),
+])
+def test_bad_space_or_storage_is_one_line_before_training(tmp_path, capsys, param, extra, message):
+    file = tmp_path / "bad.toml"
+    file.write_text(SPACE.format(param=param, extra=extra))
+    assert cli_main(["sweep", str(file), "--dir", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("peregrine sweep: error: ") and message in err, err
+    assert err.count("\n") == 1
+    assert not (tmp_path / "sweep" / "trials").exists()
+
+
+def test_resumed_sweep_with_another_space_is_refused(tmp_path):
+    file = tmp_path / "s.toml"
+    file.write_text(SPACE.format(param='"train.gamma" = { uniform = [0.9, 0.99] }', extra=""))
+    from peregrine.sweep import open_storage, open_study
+    sweep = load_sweep(file, directory=tmp_path)
+    open_study(sweep, open_storage(sweep.storage))
+    file.write_text(SPACE.format(param='"train.gamma" = { uniform = [0.9, 0.98] }', extra=""))
+    changed = load_sweep(file, directory=tmp_path)
+    with pytest.raises(SweepError, match="made from a different sweep"):
+        open_study(changed, open_storage(changed.storage))
+
+
+def test_objective_statistics_and_intermediate_values():
+    values = [3.0, 9.0, 5.0]
+    assert objective_value(values, "median", "maximize") == 5.0
+    assert objective_value(values, "mean", "maximize") == pytest.approx(17 / 3)
+    assert objective_value(values, "worst", "maximize") == 3.0
+    assert objective_value(values, "worst", "minimize") == 9.0
+    record = {"recent_return": 42.0, "episode_length": 7.0, "env_stats": {"delivered": 3.5}}
+    assert intermediate_value(record, "episode_return") == 42.0
+    assert intermediate_value(record, "episode_length") == 7.0
+    assert intermediate_value(record, "delivered") == 3.5
+    assert intermediate_value(record, "missing") is None
