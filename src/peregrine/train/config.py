@@ -84,6 +84,10 @@ class TrainConfig:
     progress_interval: int = 10      # updates between plain progress lines
     run_dir: str = "runs"            # parent folder of run directories
     tensorboard: bool = True         # also write TensorBoard event files (if installed)
+    track: str = "none"              # experiment tracking beside metrics.jsonl: "wandb" = the
+    #                                  same records and the resolved config to Weights & Biases
+    #                                  (pip install 'peregrine-rl[wandb]'; offline without an
+    #                                  API key or with WANDB_MODE=offline) | "none"
     stop_return: float = 0.0         # > 0: stop once the recent mean episode return reaches it
     normalize_obs: bool = False      # policy input = clip((obs - running mean) / running std)
     obs_clip: float = 10.0           # |normalised observation| limit
@@ -139,6 +143,7 @@ CHOICES = {
     ("train", "device"): ("cpu", "cuda", "auto"),
     ("train", "precision"): ("fp32", "bf16"),
     ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
+    ("train", "track"): ("none", "wandb"),
     ("policy", "activation"): ("tanh", "relu"),
     ("policy", "action_mask"): ("auto", "false"),
     ("policy", "critic"): ("local", "global", "state"),

@@ -26,6 +26,15 @@ utilisation and memory through NVML, and `time_to_first_result` (process start
 to the first update's record). They reach the dashboard through the same
 MetricsWriter record, so the monitor never polls the trainer.
 
+With `train.track = "wandb"` the same records (flattened: losses/policy_loss,
+env_stats/delivered, ...) go to Weights & Biases at step = global_step, with the
+resolved config as the run's config; its files are in RUN_DIR/wandb. It runs
+offline (files only, `wandb sync` uploads them later) when WANDB_MODE=offline or
+no API key is set up (WANDB_API_KEY or `wandb login`); WANDB_PROJECT names the
+project (default "peregrine"). A resumed run continues the same W&B run (its id
+is kept in RUN_DIR/wandb/peregrine-run-id). Asked for and not installed, it is
+an error before the first update; failing later, it is disabled with a warning.
+
 Resuming (`resume_from=(updates, global_step)` of the checkpoint): a run
 killed after its last checkpoint has already logged the updates it is about
 to redo, so the logs are first cut back to the checkpoint. metrics.jsonl loses
@@ -37,6 +46,9 @@ readers. The learning curve is drawn from the cut metrics.jsonl.
 from __future__ import annotations
 
 import json
+import netrc
+import os
+import secrets
 import sys
 from pathlib import Path
 
@@ -96,7 +108,8 @@ def first_tensorboard_notice() -> bool:
 class RunLogger:
     def __init__(self, run_dir, env_stat_names, tensorboard: bool = False, dashboard: bool = True,
                  world_size: int = 1, resume_from: tuple[int, int] | None = None,
-                 config_toml: str | None = None):
+                 config_toml: str | None = None, track: str = "none",
+                 config: dict | None = None):
         self.run_dir = Path(run_dir)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if resume_from is not None:
@@ -119,6 +132,7 @@ class RunLogger:
         self.tensorboard = None
         if tensorboard:
             self.tensorboard = self._open_tensorboard(resume_from, config_toml)
+        self.wandb = self._open_wandb(resume_from, config) if track == "wandb" else None
 
     def _open_tensorboard(self, resume_from, config_toml):
         """TensorBoard's writer, with the run's resolved config as text; None (and a
@@ -140,6 +154,30 @@ class RunLogger:
             return writer
         except Exception as error:  # noqa: BLE001
             self._warn(f"TensorBoard logging disabled: {error}")
+            return None
+
+    def _open_wandb(self, resume_from, config):
+        """A Weights & Biases run in RUN_DIR/wandb (online with an API key, else
+        offline), continued on resume; wandb not installed raises (it was asked for)."""
+        import wandb
+        folder = self.run_dir / "wandb"
+        folder.mkdir(exist_ok=True)
+        id_file = folder / "peregrine-run-id"
+        if resume_from is not None and id_file.is_file():
+            run_id = id_file.read_text().strip()
+        else:
+            run_id = secrets.token_hex(6)      # W&B run ids: lowercase letters and digits
+            id_file.write_text(run_id + "\n")
+        mode = "online" if os.environ.get("WANDB_MODE", "") != "offline" and \
+            _wandb_api_key_set() else "offline"
+        try:
+            return wandb.init(project=os.environ.get("WANDB_PROJECT", "peregrine"),
+                              name=self.run_dir.name, id=run_id, resume="allow",
+                              dir=str(self.run_dir), config=config, mode=mode,
+                              # the run's output stays the terminal's (and the dashboard's)
+                              settings=wandb.Settings(console="off"))
+        except Exception as error:  # noqa: BLE001 - tracking never stops training
+            self._warn(f"W&B tracking disabled: {error}")
             return None
 
     @staticmethod
@@ -185,6 +223,12 @@ class RunLogger:
                             if isinstance(v, (int, float))})
             for key, value in scalars.items():
                 self.tensorboard.add_scalar(key, value, step)
+        if self.wandb is not None:
+            try:
+                self.wandb.log(flat_numbers(record), step=record["global_step"])
+            except Exception as error:  # noqa: BLE001
+                self._warn(f"W&B tracking disabled: {error}")
+                self.wandb = None
 
     def close(self, status: str) -> None:
         try:
@@ -201,3 +245,33 @@ class RunLogger:
                 self._warn(f"dashboard writer failed to close: {error}")
         if self.tensorboard is not None:
             self.tensorboard.close()
+        if self.wandb is not None:
+            try:
+                self.wandb.summary["status"] = status
+                self.wandb.finish(exit_code=0 if status in ("finished", "interrupted") else 1)
+            except Exception as error:  # noqa: BLE001
+                self._warn(f"W&B run failed to close: {error}")
+
+
+def flat_numbers(record: dict, prefix: str = "") -> dict[str, float]:
+    """A record's numbers with nested keys joined by "/" (losses/value_loss);
+    None, text and lists are left out."""
+    flat = {}
+    for key, value in record.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, dict):
+            flat.update(flat_numbers(value, name + "/"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[name] = value
+    return flat
+
+
+def _wandb_api_key_set() -> bool:
+    """Whether W&B has an API key here: WANDB_API_KEY, or `wandb login`'s netrc entry."""
+    if os.environ.get("WANDB_API_KEY"):
+        return True
+    host = os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai").split("://")[-1].rstrip("/")
+    try:
+        return netrc.netrc().authenticators(host) is not None
+    except (OSError, netrc.NetrcParseError):
+        return False

@@ -8,6 +8,7 @@ Run directory (default runs/<env>-<UTC time>-s<seed>/):
     learning_curve.png       episode return against steps, drawn when the run ends
     checkpoints/latest.pt    model, optimizer, RNG states, counters, config, env state
     tensorboard/             event files, when train.tensorboard is true
+    wandb/                   Weights & Biases files, when train.track = "wandb"
 
 Checkpoints are taken only at update boundaries, every
 `train.checkpoint_interval` updates, at the end and on Ctrl-C: the first
@@ -207,6 +208,7 @@ def _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite) -
             # after it are redone and logged again.
             logger = RunLogger(run_dir, trainer.stat_names, tensorboard=t.tensorboard,
                                world_size=trainer.world_size, config_toml=config.to_toml(),
+                               track=t.track, config=config.to_dict(),
                                resume_from=(trainer.updates, trainer.global_step)
                                if resume else None)
             if on_start is not None:
