@@ -123,10 +123,12 @@ class Sweep:
 
     def signature(self) -> str:
         """What makes two runs of a sweep file the same study (not `trials`: a sweep
-        may be extended)."""
-        return json.dumps({k: getattr(self, k) for k in (
-            "env", "config", "fixed", "params", "seeds", "objective", "metric", "direction",
-            "eval_episodes", "eval_seed")}, sort_keys=True)
+        may be extended; the base config by its values, wherever the command runs)."""
+        fields = {k: getattr(self, k) for k in (
+            "env", "fixed", "params", "seeds", "objective", "metric", "direction",
+            "eval_episodes", "eval_seed")}
+        fields["config"] = read_toml(self.config) if self.config else None
+        return json.dumps(fields, sort_keys=True, default=str)
 
 
 # ---- reading a sweep file -------------------------------------------------------
