@@ -74,9 +74,7 @@ def measure_vmas(scenario: str, num_envs: int, seconds: float, torch, device: st
         actions.append((low + (high - low) * unit).to(device))
     sync = torch.cuda.synchronize if torch.device(device).type == "cuda" else (lambda: None)
     calls, elapsed = timed(lambda: env.step(actions), seconds, sync)
-    agents = env.n_agents
-    del env, actions
-    return calls * num_envs * agents / elapsed
+    return calls * num_envs * env.n_agents / elapsed
 
 
 def measure_row(impl, scenario, size, measure, torch, device_name) -> dict:
