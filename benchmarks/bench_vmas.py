@@ -38,7 +38,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-import peregrine
 from bench_gpu import measure_device, timed, write_json
 from peregrine.envs.drone_swarm import CONFIG_FIELDS
 
