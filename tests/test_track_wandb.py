@@ -48,3 +48,15 @@ def test_flat_numbers_joins_nested_keys_and_drops_the_rest():
               "losses": {"value_loss": 0.5, "approx_kl": 0.01}, "resources": {"gpu": None}}
     assert flat_numbers(record) == {"sps": 10.0, "updates": 3, "losses/value_loss": 0.5,
                                     "losses/approx_kl": 0.01}
+
+
+def test_a_tracked_attempt_without_a_checkpoint_is_still_an_attempt(tmp_path):
+    """A tracked run that died before its first checkpoint leaves wandb/ beside its
+    other files: rerunning the same command clears it like any attempt."""
+    from peregrine.train.run_dir import describe
+    (tmp_path / "config.toml").write_text("")
+    (tmp_path / "wandb" / "offline-run-1").mkdir(parents=True)
+    (tmp_path / "wandb" / "offline-run-1" / "run-1.wandb").write_text("x")
+    assert describe(tmp_path) == "attempt"
+    (tmp_path / "notes.txt").write_text("mine")
+    assert describe(tmp_path) == "other"

@@ -38,7 +38,7 @@ LOCK_NAME = "run.lock"
 # What a run writes into its directory (train/run.py, train/metrics.py, the
 # monitor's metrics.bin, TensorBoard): what a crashed attempt may leave behind.
 RUN_FILES = ("config.toml", "metrics.jsonl", "metrics.bin", "learning_curve.png",
-             "tensorboard", "checkpoints", LOCK_NAME)
+             "tensorboard", "checkpoints", "wandb", LOCK_NAME)     # wandb: --train.track
 # What a run writes inside its folders before its first checkpoint: a checkpoint's
 # temporary file (train/checkpoint.py: .latest.pt.tmpPID) and TensorBoard's event files.
 RUN_FOLDER_PREFIXES = {"checkpoints": (".latest.pt.tmp",), "tensorboard": ("events.out.tfevents.",)}
