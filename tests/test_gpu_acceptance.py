@@ -86,14 +86,13 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
     assert not [run for run in runs if run.get("error")]
     assert all(run["sps"] > 0 for run in runs if run["kind"] in ("gpu_env", "split", "cpu"))
     startup = [run for run in runs if run["kind"] == "startup"]
-    assert [run["wall_seconds"] > run["training_seconds"] > 0 for run in startup] == [True] * 2
+    assert [run["wall_seconds"] > run["training_seconds"] > 0 for run in startup] == [True]
     peers = report["stages"]["e_peers"]["result"]
     assert {(row["mode"], row["impl"]) for row in peers["torch_cartpole_env"] +
             peers["torch_cartpole_train"]} == {("env", "torch"), ("env", "peregrine"),
                                                ("train", "torch"), ("train", "peregrine")}
     ranks = report["stages"]["f_ranks"]["result"]["rows"]
-    assert sorted((row["env"], row["ranks"]) for row in ranks) == [
-        ("cartpole", 1), ("cartpole", 2), ("drone_swarm", 1), ("drone_swarm", 2)]
+    assert sorted((row["env"], row["ranks"]) for row in ranks) == [("cartpole", 1), ("cartpole", 2)]
     assert all(row["sps"] > 0 and row["efficiency"] > 0 for row in ranks)
     learning = report["stages"]["g_learning"]["result"]["runs"]
     assert [run["name"] for run in learning] == [
