@@ -54,6 +54,11 @@ class FigureError(ValueError):
     """A malformed data file, an unknown name or an unrenderable span."""
 
 
+def _and(items: list[str]) -> str:
+    """`a`, `a and b`, `a, b and c`."""
+    return ", ".join(items[:-1]) + " and " + items[-1] if len(items) > 1 else items[0]
+
+
 @dataclass(frozen=True)
 class Figure:
     name: str
@@ -70,7 +75,7 @@ class Figure:
         v = self.entry["value"]
         if isinstance(v, dict):
             parts = [self.number(x) for x in v["list"]]
-            text = ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+            text = _and(parts)
         elif isinstance(v, list):
             text = "-".join(self.number(x) for x in v)
         else:
@@ -78,11 +83,14 @@ class Figure:
         unit = self.entry.get("unit")
         return f"{text} {unit}" if unit else text
 
+    def machine(self) -> str:
+        """`2-core AMD EPYC`, or the GPU's name where a GPU ran it."""
+        e = self.entry
+        return e["gpu"] if "gpu" in e else f"{e['cores']}-core {e['cpu']}"
+
     def where(self) -> str:
         """The machine and date, compactly: `2-core AMD EPYC, 2026-11-26`."""
-        e = self.entry
-        machine = e["gpu"] if "gpu" in e else f"{e['cores']}-core {e['cpu']}"
-        return f"{machine}, {e['date']}"
+        return f"{self.machine()}, {self.entry['date']}"
 
     def in_table(self) -> str:
         over = self.entry.get("over")
@@ -147,8 +155,17 @@ def _fill(text: str, figures: dict[str, Figure], used: list[Figure]) -> str:
     return PLACEHOLDER.sub(replace, text)
 
 
+def measured_on(used: list[Figure]) -> str:
+    """Where and when a row's figures were measured, one entry per machine with its dates:
+    `2-core Intel Xeon, 2026-11-26; 2-core vCPU (model not recorded), 2026-11-23 and 2026-11-24`."""
+    dates: dict[str, set[str]] = {}
+    for figure in used:  # machines in the order the row shows them
+        dates.setdefault(figure.machine(), set()).add(figure.entry["date"])
+    return "; ".join(f"{machine}, {_and(sorted(days))}" for machine, days in dates.items())
+
+
 def render_table(name: str, table: dict, figures: dict[str, Figure]) -> str:
-    """A Markdown table; the last column but one says where each row's figures were measured."""
+    """A Markdown table with a last column, "measured on", naming the machines and dates of each row's figures."""
     columns = table["columns"]
     lines = ["| " + " | ".join(columns + ["measured on"]) + " |", "|" + "---|" * (len(columns) + 1)]
     for row in table.get("row", []):
@@ -156,8 +173,7 @@ def render_table(name: str, table: dict, figures: dict[str, Figure]) -> str:
         cells = [_fill(str(row.get(column, "")), figures, used) for column in columns]
         if not used:
             raise FigureError(f"table {name!r}: the row {cells[0]!r} shows no figure")
-        places = list(dict.fromkeys(figure.where() for figure in used))
-        cells.append("; ".join(places))
+        cells.append(measured_on(used))
         lines.append("| " + " | ".join(cell.replace("\n", " ") for cell in cells) + " |")
     return "\n" + "\n".join(lines) + "\n"
 

@@ -26,10 +26,16 @@ def copy_repo(tmp_path: Path) -> Path:
 
 
 def spans(root: Path, name: str) -> list[str]:
-    """The current text of every span (any kind) that shows figure NAME, across the documents."""
+    """The current text of every span that shows figure NAME across the documents: its own spans
+    (any kind) and the table spans whose rows name it."""
+    _, tables = figures.load(root / "benchmarks" / "figures")
+    showing = {table for table, data in tables.items()
+               if any("{" + name + "}" in str(cell) or "{" + name + ".value}" in str(cell)
+                      for row in data.get("row", []) for cell in row.values())}
     found = []
     for path in figures.documents(root):
-        found += [m.group(3) for m in figures.SPAN.finditer(path.read_text()) if m.group(2) == name]
+        found += [m.group(3) for m in figures.SPAN.finditer(path.read_text())
+                  if m.group(2) == name or (m.group(1) == "table" and m.group(2) in showing)]
     return found
 
 
@@ -59,14 +65,15 @@ def test_a_changed_value_changes_every_span_that_shows_it(tmp_path):
     before = spans(root, "cartpole_solve_steps")
     set_value(root, "cartpole_solve_steps", "[11.1, 22.2]")
     stale = figures.sync(root)
-    shown = [line for line in stale if line.endswith(" cartpole_solve_steps")]
+    shown = [line for line in stale if line.endswith((" cartpole_solve_steps", " table results"))]
     assert len(shown) == len(before) and len(stale) == len(before), stale
+    assert any(line.startswith("README.md:") and line.endswith(" table results") for line in shown)
     assert any(line.startswith("src/peregrine/train/configs/cartpole.toml:") for line in shown)
 
     assert figures.sync(root, write=True) == stale
     after = spans(root, "cartpole_solve_steps")
     assert len(after) == len(before)
-    assert all("11.1k-22.2k steps" in text and "25.6k" not in text for text in after), after
+    assert all("11.1k-22.2k steps" in text and "25.6k-51.2k" not in text for text in after), after
     assert figures.sync(root) == []  # written, now in sync
     # The CLI says the same: in sync now, and exit 1 naming the span after a data change.
     assert subprocess.run([sys.executable, str(SCRIPT), "--check", "--root", str(root)]).returncode == 0
@@ -92,7 +99,8 @@ def test_a_changed_value_changes_a_table_that_shows_it(tmp_path):
     set_value(root, "cartpole_env_sps_2t", "111.0")
     stale = figures.sync(root)
     assert "docs/t.md:2 table t" in stale
-    assert all(line.endswith(" cartpole_env_sps_2t") for line in stale if line != "docs/t.md:2 table t")
+    assert "README.md" in " ".join(stale)  # its env table and Results table show the figure too
+    assert all(line.endswith((" cartpole_env_sps_2t", " table results")) for line in stale if line != "docs/t.md:2 table t")
     figures.sync(root, write=True)
     assert "solves in 25.6k-51.2k steps (seeds 1-5), 111M steps/s |" in doc.read_text()
     assert doc.read_text().startswith("before\n") and doc.read_text().endswith("after\n")
@@ -133,3 +141,26 @@ def test_rendering():
     assert several.inline() == "19.2, 19.8 and 20.5 (seeds 1-3; 2-core AMD EPYC, 2026-11-24)"
     gpu = figures.Figure("g", dict(entry, gpu="NVIDIA H200", value=21.1, suffix="G", unit="steps/s"), "t")
     assert gpu.inline() == "21.1G steps/s (NVIDIA H200, 2026-11-24)"
+
+
+def test_measured_on_names_each_machine_once_with_its_dates():
+    entry = dict(value=1.0, commit="x", command="c")
+    xeon = dict(entry, cpu="Intel Xeon", cores=2)
+    used = [figures.Figure("a", dict(xeon, date="2026-11-26"), "t"),
+            figures.Figure("b", dict(entry, gpu="NVIDIA H200", date="2026-11-27"), "t"),
+            figures.Figure("c", dict(xeon, date="2026-11-21"), "t"),
+            figures.Figure("d", dict(xeon, date="2026-11-26"), "t")]
+    assert figures.measured_on(used) == "2-core Intel Xeon, 2026-11-21 and 2026-11-26; NVIDIA H200, 2026-11-27"
+
+
+def test_the_readme_results_table_is_generated_from_the_data():
+    readme = (ROOT / "README.md").read_text()
+    results = readme[readme.index("## Results"):readme.index("## Architecture")]
+    tables = [m for m in figures.SPAN.finditer(results) if m.group(1) == "table"]
+    assert [m.group(2) for m in tables] == ["results"]
+    # No table row of the section lies outside the generated span, and every row names where it was measured.
+    outside = results[:tables[0].start()] + results[tables[0].end():]
+    assert not [line for line in outside.splitlines() if line.startswith("|")]
+    rows = tables[0].group(3).strip().splitlines()[2:]
+    assert len(rows) >= 20 and all(row.rstrip(" |").endswith(("2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24",
+                                                               "2026-11-25", "2026-11-26", "2026-11-27")) for row in rows)
