@@ -54,8 +54,8 @@ def test_documents_are_in_sync_with_the_data():
 
 def test_the_disagreeing_figures_are_spans_in_every_document():
     # Issue 36's figures: each shown from one data entry wherever it appears.
-    assert len(spans(ROOT, "cartpole_solve_steps")) >= 3      # README Training, Results, cartpole.toml
-    assert len(spans(ROOT, "cartpole_fast_solve_steps")) >= 3  # README Training, Results, cartpole-fast.toml
+    assert len(spans(ROOT, "cartpole_solve_steps")) >= 3      # docs Training, Results, cartpole.toml
+    assert len(spans(ROOT, "cartpole_fast_solve_steps")) >= 3  # docs Training, Results, cartpole-fast.toml
     assert len(spans(ROOT, "drone_swarm_shipped_train_seconds")) >= 3
     assert len(spans(ROOT, "cartpole_env_sps_2t")) >= 3       # env table (value + where), Results table
 
@@ -67,7 +67,7 @@ def test_a_changed_value_changes_every_span_that_shows_it(tmp_path):
     stale = figures.sync(root)
     shown = [line for line in stale if line.endswith((" cartpole_solve_steps", " table results"))]
     assert len(shown) == len(before) and len(stale) == len(before), stale
-    assert any(line.startswith("README.md:") and line.endswith(" table results") for line in shown)
+    assert any(line.startswith("docs/results.md:") and line.endswith(" table results") for line in shown)
     assert any(line.startswith("src/peregrine/train/configs/cartpole.toml:") for line in shown)
 
     assert figures.sync(root, write=True) == stale
@@ -99,7 +99,8 @@ def test_a_changed_value_changes_a_table_that_shows_it(tmp_path):
     set_value(root, "cartpole_env_sps_2t", "111.0")
     stale = figures.sync(root)
     assert "docs/t.md:2 table t" in stale
-    assert "README.md" in " ".join(stale)  # its env table and Results table show the figure too
+    assert "docs/environments.md" in " ".join(stale)  # its env table and Results table show the figure too
+    assert "README.md" in " ".join(stale)  # and its headline results
     assert all(line.endswith((" cartpole_env_sps_2t", " table results")) for line in stale if line != "docs/t.md:2 table t")
     figures.sync(root, write=True)
     assert "solves in 25.6k-51.2k steps (seeds 1-5), 111M steps/s |" in doc.read_text()
@@ -153,9 +154,8 @@ def test_measured_on_names_each_machine_once_with_its_dates():
     assert figures.measured_on(used) == "2-core Intel Xeon, 2026-11-21 and 2026-11-26; NVIDIA H200, 2026-11-27"
 
 
-def test_the_readme_results_table_is_generated_from_the_data():
-    readme = (ROOT / "README.md").read_text()
-    results = readme[readme.index("## Results"):readme.index("## Architecture")]
+def test_the_results_table_is_generated_from_the_data():
+    results = (ROOT / "docs" / "results.md").read_text()
     tables = [m for m in figures.SPAN.finditer(results) if m.group(1) == "table"]
     assert [m.group(2) for m in tables] == ["results"]
     # No table row of the section lies outside the generated span, and every row names where it was measured.

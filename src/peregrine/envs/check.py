@@ -5,7 +5,7 @@
     check_env(my_batch)            # a batch object with the native interface
 
 Raises `EnvContractError` (a ValueError) naming the broken rule; returns None when
-every rule holds. The rules are the ones `envs/native/pg_env.h` and the README's
+every rule holds. The rules are the ones `envs/native/pg_env.h` and docs/environments.md's
 "env contract" state:
 
 * spaces and buffers agree (shapes, dtypes, one row per agent, masks set);

@@ -235,7 +235,7 @@ def check_resume(payload: dict, config: Any) -> None:
         raise ValueError(f"--resume cannot change {shown}: the checkpoint's weights, optimizer "
                          f"state or schedule would mean something else. Start a new run for "
                          f"that; what a resume may change (total_steps, learning_rate, ...) is "
-                         f"listed in the README, \"Resuming\"")
+                         f"listed in docs/scaling.md, \"Resuming\"")
 
 
 def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:

@@ -10,7 +10,7 @@
 It steps a native batch of one instance (the C core, same rules and seeds as
 `peregrine.make("drone_swarm", num_envs=1, seed=...)`), and exists for code
 that takes a PettingZoo env. For throughput use the batch itself: every drone
-of every instance is a row (see the README, "PettingZoo").
+of every instance is a row (see docs/clients.md, "PettingZoo").
 
 Agents and liveness: DroneSwarm never removes a drone from an episode. A drone
 whose battery is empty stays an agent (it cannot move; its observation shows
