@@ -41,7 +41,7 @@ def test_serial_and_multiprocessing_agree_exactly(env_spec):
         actions = random_actions(serial, 120, seed=3)
         serial_trace, serial_stats = _run(serial, actions, seed=11)
     with pv.make(env, backend="multiprocessing", num_envs=num_envs, num_workers=2,
-                 seed=11) as multi:
+                 seed=11, overwork=True) as multi:
         assert multi.single_observation_space == serial.single_observation_space
         assert multi.single_action_space == serial.single_action_space
         assert (multi.num_agents, multi.agents_per_env) == (serial.num_agents,
@@ -63,7 +63,7 @@ def test_one_block_reproduces_the_plain_native_env():
 
 def test_multiprocessing_writes_native_batches_straight_into_shared_memory():
     with pv.make("cartpole", backend="multiprocessing", num_envs=64, num_workers=2,
-                 num_threads=2, seed=0) as env:
+                 num_threads=2, seed=0, overwork=True) as env:
         observations, _ = env.reset(seed=0)
         segment = env._resources.shm
         # the returned buffers ARE views of the one shared segment (zero-copy)
@@ -110,7 +110,7 @@ def test_async_batches_return_first_ready_workers_with_env_ids():
 
 def test_async_contiguous_batches_are_views():
     with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
-                 batch_size=2, seed=0) as env:
+                 batch_size=2, seed=0, overwork=True) as env:
         env.async_reset(seed=0)
         for _ in range(10):
             observations, *_rest, env_ids, masks = env.recv()
@@ -159,8 +159,9 @@ def test_async_results_match_serial_per_env():
 
 @pytest.mark.parametrize("kwargs, message", [
     (dict(num_envs=6, num_workers=4, overwork=True), "must be divisible by num_workers"),
-    (dict(num_envs=8, num_workers=2, batch_size=3), "batch_size \\(3\\) must be a multiple"),
-    (dict(num_envs=8, num_workers=2, batch_size=16), "at most num_envs"),
+    (dict(num_envs=8, num_workers=2, batch_size=3, overwork=True),
+     "batch_size \\(3\\) must be a multiple"),
+    (dict(num_envs=8, num_workers=2, batch_size=16, overwork=True), "at most num_envs"),
     (dict(num_envs=0), "num_envs must be an int >= 1"),
     (dict(num_envs=4, num_workers=2, start_method="threads"), "start_method must be"),
 ])
@@ -169,6 +170,30 @@ def test_impossible_settings_are_refused_before_any_process_starts(kwargs, messa
     with pytest.raises(ValueError, match=message):
         pv.make("cartpole", backend="multiprocessing", **kwargs)
     assert shm_segments() == before
+
+
+def _self_of_failed_init(excinfo):
+    """The `self` in the Multiprocessing.__init__ frame a refusal came out of (what
+    pytest's traceback, a debugger or a logger calls repr() on)."""
+    for entry in excinfo.traceback:
+        if entry.name == "__init__" and type(entry.locals.get("self")) is pv.Multiprocessing:
+            return entry.locals["self"]
+    raise AssertionError("no Multiprocessing.__init__ frame in the traceback")
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(num_envs=4, start_method="threads"), "start_method must be"),      # before _setup
+    (dict(num_envs=6, num_workers=4, overwork=True), "must be divisible"),   # inside _setup
+])
+def test_repr_of_a_multiprocessing_whose_init_raised(kwargs, message):
+    with pytest.raises(ValueError, match=message) as failed:
+        pv.make("cartpole", backend="multiprocessing", **kwargs)
+    assert repr(_self_of_failed_init(failed)) == "<Multiprocessing, not constructed>"
+
+
+def test_repr_of_a_multiprocessing_names_its_batch():
+    with pv.make("cartpole", backend="multiprocessing", num_envs=2) as env:
+        assert repr(env) == "Multiprocessing('cartpole', num_envs=2, num_workers=1, batch_size=2)"
 
 
 def test_bad_arguments_of_make():
@@ -193,7 +218,7 @@ def test_bad_arguments_of_make():
 
 def test_every_backend_has_the_native_interface():
     for backend, extra in (("native", {}), ("serial", {"num_workers": 2}),
-                           ("multiprocessing", {"num_workers": 2})):
+                           ("multiprocessing", {"num_workers": 2, "overwork": True})):
         with pv.make("cartpole", backend=backend, num_envs=4, seed=0, max_steps=20,
                      **extra) as env:
             for name in ("num_envs", "num_agents", "agents_per_env", "single_observation_space",
@@ -215,8 +240,10 @@ def test_exact_state_and_stream_seeding_for_native_envs(backend):
     """get_state/set_state/seed_streams route to the right block: a copy of one
     env's states and streams continues bit for bit like the original."""
     actions = np.random.default_rng(1).integers(0, 2, (60, 4)).astype(np.int32)
-    with pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=0) as env, \
-            pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=99) as copy:
+    with pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=0,
+                 overwork=True) as env, \
+            pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=99,
+                    overwork=True) as copy:
         env.reset(seed=0)
         for step_actions in actions[:20]:
             env.step(step_actions)
@@ -232,7 +259,8 @@ def test_exact_state_and_stream_seeding_for_native_envs(backend):
         assert env.get_state(3).shape == (5,)
         with pytest.raises(IndexError, match="out of range"):
             env.get_state(4)
-    with pv.make(gym_cartpole, backend=backend, num_envs=2, num_workers=2) as emulated:
+    with pv.make(gym_cartpole, backend=backend, num_envs=2, num_workers=2,
+                 overwork=True) as emulated:
         assert not hasattr(emulated, "seed_streams") and not hasattr(emulated, "get_state")
 
 
@@ -247,7 +275,7 @@ def test_callable_returning_a_native_batch_is_copied_into_the_rows():
         assert serial.envs_per_unit == 2 and len(serial.blocks[0].units) == 2
         serial_trace, serial_stats = _run(serial, actions, seed=5)
     with pv.make(_cartpole_pair, backend="multiprocessing", num_envs=8, num_workers=2,
-                 seed=5) as multi:
+                 seed=5, overwork=True) as multi:
         multi_trace, multi_stats = _run(multi, actions, seed=5)
     _assert_same(serial_trace, multi_trace)
     assert serial_stats == multi_stats and serial_stats.count > 0

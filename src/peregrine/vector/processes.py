@@ -874,6 +874,14 @@ class Multiprocessing(VectorBase):
     def worker_pids(self):
         return [w.process.pid for w in self._workers]
 
+    def __repr__(self):
+        # pytest, debuggers and loggers repr `self` in the frames of an __init__ that
+        # raised: before _setup has named the batch (batch_size is its last name the
+        # repr reads), say so rather than raise AttributeError from inside repr().
+        if "batch_size" not in vars(self):
+            return f"<{type(self).__name__}, not constructed>"
+        return super().__repr__()
+
     def close(self) -> None:
         """Stops every worker and frees the shared memory; idempotent."""
         finalizer = getattr(self, "_finalizer", None)
