@@ -281,7 +281,7 @@ def nested_sample_env():
 def test_nested_and_image_observations_round_trip_through_shared_memory():
     space = nested_space()
     with pv.make(nested_sample_env, backend="multiprocessing", num_envs=2, num_workers=2,
-                 seed=11) as env:
+                 seed=11, overwork=True) as env:
         observations, _ = env.reset(seed=11)
         for unit in range(2):
             space.seed(pv.common.unit_seed(11, unit))

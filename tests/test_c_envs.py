@@ -87,7 +87,7 @@ def test_a_loaded_env_meets_the_contract_and_crosses_processes(cache, cartpole_c
     registry.load(cartpole_copy, name="my_cartpole")
     check_env("my_cartpole")
     import peregrine.vector as pv
-    with pv.make("my_cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
+    with pv.make("my_cartpole", backend="multiprocessing", num_envs=4, num_workers=2, overwork=True,
                  seed=1) as env, pv.make("cartpole", backend="serial", num_envs=4,
                                          num_workers=2, seed=1) as ours:
         np.testing.assert_array_equal(env.reset(seed=1)[0], ours.reset(seed=1)[0])

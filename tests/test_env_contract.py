@@ -216,7 +216,8 @@ def test_the_vector_backends_meet_the_same_contract(name, backend):
     batch: now both refuse it, naming contiguity)."""
     import peregrine.vector as pv
     from peregrine.envs import check_env
-    with pv.make(name, backend=backend, num_envs=4, num_workers=2, seed=0) as env:
+    with pv.make(name, backend=backend, num_envs=4, num_workers=2, overwork=True,
+                 seed=0) as env:
         check_env(env)
         good = sample_actions(env, 1)[0]
         with pytest.raises(ValueError, match="C-contiguous"):

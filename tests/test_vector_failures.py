@@ -35,7 +35,8 @@ def _segment_name(env):
 
 def test_close_frees_processes_and_shared_memory(monkeypatch):
     ours = record_segments(monkeypatch)
-    env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2, seed=0)
+    env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2, seed=0,
+                  overwork=True)
     pids, name = env.worker_pids, _segment_name(env)
     # the name is gone as soon as every worker has mapped the segment
     assert name not in shm_segments() and all(pid_alive(p) for p in pids)
@@ -52,7 +53,8 @@ def test_close_frees_processes_and_shared_memory(monkeypatch):
 
 def test_garbage_collection_frees_everything(monkeypatch):
     ours = record_segments(monkeypatch)
-    env = pv.make(gym_cartpole, backend="multiprocessing", num_envs=2, num_workers=2, seed=0)
+    env = pv.make(gym_cartpole, backend="multiprocessing", num_envs=2, num_workers=2, seed=0,
+                  overwork=True)
     pids = env.worker_pids
     env.reset()
     del env
@@ -62,7 +64,8 @@ def test_garbage_collection_frees_everything(monkeypatch):
 
 
 def test_killed_worker_is_reported_quickly_and_cleaned_up():
-    env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2, seed=0)
+    env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2, seed=0,
+                  overwork=True)
     pids, name = env.worker_pids, _segment_name(env)
     env.step(np.zeros(4, np.int32))
     os.kill(pids[1], signal.SIGKILL)
@@ -79,7 +82,7 @@ def test_killed_worker_is_reported_quickly_and_cleaned_up():
 
 def test_killed_worker_while_waiting_for_a_batch():
     env = pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
-                  batch_size=2, seed=0)
+                  batch_size=2, seed=0, overwork=True)
     with env:
         env.async_reset()
         env.recv()
@@ -97,7 +100,7 @@ def test_killed_worker_while_waiting_for_a_batch():
 def test_exception_in_worker_reaches_parent_with_traceback(monkeypatch):
     ours = record_segments(monkeypatch)
     with pv.make(lambda: FlakyEnv(fail_at=3), backend="multiprocessing", num_envs=4,
-                 num_workers=2, seed=0) as env:
+                 num_workers=2, seed=0, overwork=True) as env:
         env.step(np.zeros(4, np.int64))
         env.step(np.zeros(4, np.int64))
         with pytest.raises(pv.WorkerError) as caught:
@@ -113,7 +116,8 @@ def test_exception_in_worker_reaches_parent_with_traceback(monkeypatch):
 
 
 def test_exception_from_a_message_names_its_worker():
-    with pv.make("cartpole", backend="multiprocessing", num_envs=2, num_workers=2) as env:
+    with pv.make("cartpole", backend="multiprocessing", num_envs=2, num_workers=2,
+                 overwork=True) as env:
         with pytest.raises(pv.WorkerError, match="(?s)worker 1.*RuntimeError: deliberate"):
             env._raise_in_worker(1, "deliberate")
         env.step(np.zeros(2, np.int32))  # still usable
@@ -122,7 +126,8 @@ def test_exception_from_a_message_names_its_worker():
 def test_exception_while_creating_envs_in_worker(monkeypatch):
     ours = record_segments(monkeypatch)
     with pytest.raises(pv.WorkerError, match="(?s)fails_in_worker.*no display in the worker"):
-        pv.make(fails_in_worker, backend="multiprocessing", num_envs=2, num_workers=2)
+        pv.make(fails_in_worker, backend="multiprocessing", num_envs=2, num_workers=2,
+                overwork=True)
     gc.collect()
     assert ours and not ours & shm_segments()
 
@@ -139,7 +144,7 @@ def test_caught_ctrl_c_mid_step_leaves_the_env_usable():
     """A trainer catching Ctrl-C (to save a checkpoint) can still talk to the
     workers: the interrupted step is waited for before the next command."""
     with pv.make(slow_cartpole, backend="multiprocessing", num_envs=2, num_workers=2,
-                 seed=0) as env:
+                 seed=0, overwork=True) as env:
         env.reset(seed=0)
         previous = _interrupt_after(0.05)
         try:

@@ -11,7 +11,7 @@ import peregrine.vector as pv
 
 def test_recv_out_of_order_is_named():
     with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
-                 batch_size=2, seed=0) as env:
+                 batch_size=2, seed=0, overwork=True) as env:
         with pytest.raises(RuntimeError, match=r"recv\(\) has nothing to wait for: call "
                                                r"async_reset\(\) first"):
             env.recv()
@@ -29,7 +29,7 @@ def test_actions_written_in_place_are_sent_as_they_are():
     for in_place in (False, True):
         per_env = {env_id: [] for env_id in range(4)}
         with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
-                     batch_size=2, seed=3) as env:
+                     batch_size=2, seed=3, overwork=True) as env:
             env.async_reset(seed=3)
             for _ in range(5000):       # until every env has 10 steps (workers are not fair)
                 if min(len(steps) for steps in per_env.values()) >= 10:
@@ -59,7 +59,7 @@ def test_actions_written_in_place_skip_the_check_and_the_copy():
     it by its memory, not by identity, and neither checks nor copies it; any other
     array is checked and copied."""
     with pv.make("cartpole", backend="multiprocessing", num_envs=4, num_workers=2,
-                 batch_size=2, seed=0) as env:
+                 batch_size=2, seed=0, overwork=True) as env:
         checked = []
         env._check_actions = lambda actions, rows: checked.append(rows)
         env.async_reset(seed=0)
@@ -75,7 +75,8 @@ def test_actions_written_in_place_skip_the_check_and_the_copy():
 def test_step_with_the_envs_own_action_buffer(backend):
     results = []
     for in_place in (False, True):
-        with pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=5) as env:
+        with pv.make("cartpole", backend=backend, num_envs=4, num_workers=2, seed=5,
+                     overwork=True) as env:
             env.reset(seed=5)
             trace = []
             for step in range(20):
