@@ -92,7 +92,9 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
             peers["torch_cartpole_train"]} == {("env", "torch"), ("env", "peregrine"),
                                                ("train", "torch"), ("train", "peregrine")}
     ranks = report["stages"]["f_ranks"]["result"]["rows"]
-    assert sorted((row["env"], row["ranks"]) for row in ranks) == [("cartpole", 1), ("cartpole", 2)]
+    # as many ranks as this machine has cores, up to two (bench_distributed refuses more)
+    assert sorted((row["env"], row["ranks"]) for row in ranks) == [
+        ("cartpole", n) for n in (1, 2) if n <= len(os.sched_getaffinity(0))]
     assert all(row["sps"] > 0 and row["efficiency"] > 0 for row in ranks)
     learning = report["stages"]["g_learning"]["result"]["runs"]
     assert [run["name"] for run in learning] == [
