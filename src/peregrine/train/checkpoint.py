@@ -238,7 +238,7 @@ def check_resume(payload: dict, config: Any) -> None:
                          f"listed in docs/scaling.md, \"Resuming\"")
 
 
-def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:
+def check_env_matches(payload: dict, env: Any, path: str = "checkpoint") -> None:
     """ValueError unless the env's spaces are the ones the checkpoint was trained on."""
     from .policy import describe_space
     expected = {"observation_space": payload.get("observation_space"),
@@ -254,7 +254,7 @@ def check_env(payload: dict, env: Any, path: str = "checkpoint") -> None:
 def build_policy(payload: dict, env: Any, path: str = "checkpoint") -> Policy:
     from .config import PolicyConfig
     from .policy import Policy, observation_structure
-    check_env(payload, env, path)
+    check_env_matches(payload, env, path)
     policy_config = PolicyConfig(**payload["config"]["policy"])
     # A centralised critic's input width (the actor, all that runs here, needs no state).
     structure = observation_structure(env)

@@ -510,9 +510,9 @@ class Trainer:
         return state
 
     def load_state_dict(self, state: dict) -> None:
-        from .checkpoint import check_env, check_sound
+        from .checkpoint import check_env_matches, check_sound
         check_sound(state, "checkpoint")
-        check_env(state, self.env, "checkpoint")
+        check_env_matches(state, self.env, "checkpoint")
         if state["rows"] != self.rows:
             raise ValueError(f"checkpoint was trained with {state['rows']} rows but this run "
                              f"has {self.rows}; keep vec.num_envs when resuming")
