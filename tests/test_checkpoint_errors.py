@@ -84,12 +84,12 @@ def test_a_malformed_observation_normaliser_is_refused(tmp_path, payload):
     env.close()
 
 
-def test_make_env_needs_the_checkpoint_to_record_its_env(tmp_path, payload):
+def test_make_trained_env_needs_the_checkpoint_to_record_its_env(tmp_path, payload):
     config = {k: v for k, v in payload["config"].items() if k != "env"}
     checkpoint.save(tmp_path / "anonymous.pt", dict(payload, config=config))
     assert checkpoint.env_kwargs(tmp_path / "anonymous.pt") == (None, {})
     with pytest.raises(ValueError, match="records no env config: make the env yourself"):
-        checkpoint.make_env(tmp_path / "anonymous.pt")
+        checkpoint.make_trained_env(tmp_path / "anonymous.pt")
 
 
 def test_one_observation_gives_one_action(tmp_path, payload):

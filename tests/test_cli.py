@@ -114,7 +114,7 @@ PUBLIC_FUNCTIONS = [
     ("peregrine.vector", "sb3_vec_env"), ("peregrine.envs", "check_env"),
     ("peregrine.train", "train"), ("peregrine.train", "load_config"),
     ("peregrine.train", "load_actor"), ("peregrine.train.run", "load_run_config"),
-    ("peregrine.train.checkpoint", "load_actor"), ("peregrine.train.checkpoint", "make_env"),
+    ("peregrine.train.checkpoint", "load_actor"), ("peregrine.train.checkpoint", "make_trained_env"),
     ("peregrine.train.checkpoint", "env_kwargs"), ("peregrine.envs.drone_swarm", "parallel_env"),
 ]
 

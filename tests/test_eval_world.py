@@ -1,5 +1,5 @@
 """Evaluation runs in the checkpoint's own world unless another one is asked for
-(evaluate, `peregrine eval`, `peregrine render`, load_actor/make_env, profile trainer_eval)."""
+(evaluate, `peregrine eval`, `peregrine render`, load_actor/make_trained_env, profile trainer_eval)."""
 import json
 import warnings
 from dataclasses import asdict
@@ -55,7 +55,7 @@ def test_another_world_is_explicit_and_named(checkpoint):
 def test_another_preset_keeps_the_checkpoints_observation_fields(tmp_path):
     """obs_report / obs_drone_id belong to the agent: --preset keeps them, so the
     policy still reads the observations (19 + 2 columns), and says so."""
-    from peregrine.train.checkpoint import make_env, save
+    from peregrine.train.checkpoint import make_trained_env, save
     from peregrine.train.config import PolicyConfig
     from peregrine.train.policy import Policy, describe_space
     trained = {**TRAINED, "obs_report": 1, "obs_drone_id": 1}
@@ -71,7 +71,7 @@ def test_another_preset_keeps_the_checkpoints_observation_fields(tmp_path):
     assert result["env_config"]["n_drones"] == 8 and result["env_config"]["obs_report"] == 1
     assert result["world"] == ("preset default with the checkpoint's obs_report=1, "
                                "obs_drone_id=1, overridden: max_steps=5")
-    with make_env(str(path), preset="default") as env:
+    with make_trained_env(str(path), preset="default") as env:
         assert env.obs_dim == 21 and env.config["world_size"] == 100.0
     # an explicit override still wins, and the mismatch is then refused by name
     with pytest.raises(ValueError, match="observation_space"):
@@ -89,22 +89,31 @@ def test_checkpoint_of_another_env_is_refused(checkpoint):
         evaluate("cartpole", checkpoint, episodes=1)
 
 
-def test_load_actor_warns_about_another_world_and_make_env_builds_the_trained_one(checkpoint):
+def test_load_actor_warns_about_another_world_and_make_trained_env_builds_the_trained_one(checkpoint):
     from peregrine.train import load_actor
-    from peregrine.train.checkpoint import make_env
+    from peregrine.train.checkpoint import make_trained_env
     with peregrine.make("drone_swarm", num_envs=1, seed=0) as env:
         with pytest.warns(UserWarning, match="n_drones: trained 4, env 8"):
             load_actor(checkpoint, env)
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             load_actor(checkpoint, env, check_world=False)
-    with make_env(checkpoint, num_envs=2, seed=0) as env:
+    with make_trained_env(checkpoint, num_envs=2, seed=0) as env:
         assert env.config["n_drones"] == 4 and env.config["world_size"] == 120.0
         with warnings.catch_warnings():
             warnings.simplefilter("error")
             load_actor(checkpoint, env)
-    with make_env(checkpoint, preset="default", n_victims=3) as env:
+    with make_trained_env(checkpoint, preset="default", n_victims=3) as env:
         assert env.config["n_drones"] == 8 and env.config["n_victims"] == 3
+
+
+def test_old_name_make_env_still_builds_the_trained_env_with_a_deprecation_warning(checkpoint):
+    from peregrine.train.checkpoint import make_env
+    with pytest.warns(DeprecationWarning, match="make_trained_env"):
+        env = make_env(checkpoint, num_envs=2, seed=0, n_victims=3)
+    with env:
+        assert env.num_envs == 2 and env.config["n_drones"] == 4
+        assert env.config["n_victims"] == 3
 
 
 def test_eval_cli_header_and_env_overrides(checkpoint, capsys):

@@ -139,7 +139,7 @@ def test_a_global_critic_checkpoint_evaluates_and_renders_without_states(tmp_pat
     trainer.close()
     payload = checkpoint.load(path)
     assert payload["critic_state_dim"] == 4 + 7 * 3 + 6 * 4 + 3     # state + agent id
-    env = checkpoint.make_env(path, num_envs=2, seed=0)
+    env = checkpoint.make_trained_env(path, num_envs=2, seed=0)
     actor = checkpoint.load_actor(path, env)
     assert actor.policy.central and env.states is None
     actions = actor(env.observations)
@@ -148,7 +148,7 @@ def test_a_global_critic_checkpoint_evaluates_and_renders_without_states(tmp_pat
     env.close()
     result = evaluate("drone_swarm", str(path), episodes=2, seed=0)
     assert result["episodes"] == 2
-    env = checkpoint.make_env(path, num_envs=1, seed=0)
+    env = checkpoint.make_trained_env(path, num_envs=1, seed=0)
     rendered = render_episode(env, checkpoint.load_actor(path, env), tmp_path / "ep.gif",
                               every=4, size=64)
     assert (tmp_path / "ep.gif").stat().st_size > 0 and rendered

@@ -348,8 +348,9 @@ def env_kwargs(path: str | os.PathLike[str]) -> tuple[str | None, dict]:
     return env["name"], {key: value for key, value in env.items() if key != "name"}
 
 
-def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None = None,
-             num_threads: int = 1, preset: str | None = None, **overrides: Any) -> NativeEnv:
+def make_trained_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None = None,
+                     num_threads: int = 1, preset: str | None = None,
+                     **overrides: Any) -> NativeEnv:
     """A batch of the env a checkpoint was trained on, in its own world.
 
     `preset` replaces the checkpoint's world by that preset (keeping the agent's
@@ -364,6 +365,17 @@ def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None =
         raise ValueError(f"checkpoint {str(path)!r} records no env config: make the env yourself")
     world = world_of(name, trained, preset, overrides)
     return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **world["kwargs"])
+
+
+def make_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None = None,
+             num_threads: int = 1, preset: str | None = None, **overrides: Any) -> NativeEnv:
+    """Deprecated name of `make_trained_env` (it read like the trainer's
+    `environment.make_env`, which builds an env from a config)."""
+    import warnings
+    warnings.warn("peregrine.train.checkpoint.make_env is deprecated: call make_trained_env",
+                  DeprecationWarning, stacklevel=2)
+    return make_trained_env(path, num_envs=num_envs, seed=seed, num_threads=num_threads,
+                            preset=preset, **overrides)
 
 
 def world_differences(trained: dict, env_name: str, env: Any) -> dict:
@@ -383,7 +395,7 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True)
     Raises ValueError for a missing, truncated, corrupt or foreign file and for
     a checkpoint trained on an env with other spaces. With `check_world`, a
     `UserWarning` names the config fields where `env` differs from the world
-    the checkpoint was trained on (`make_env(path)` builds that world); pass
+    the checkpoint was trained on (`make_trained_env(path)` builds that world); pass
     False when evaluating elsewhere on purpose.
     """
     payload = load(path)
@@ -401,7 +413,7 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True)
             import warnings
             shown = ", ".join(f"{k}: trained {a!r}, env {b!r}" for k, (a, b) in sorted(differences.items()))
             warnings.warn(f"{label} was trained in another world than this env's ({shown}); "
-                          f"peregrine.train.checkpoint.make_env(path) builds the trained one",
+                          f"peregrine.train.checkpoint.make_trained_env(path) builds the trained one",
                           UserWarning, stacklevel=2)
     from .environment import action_mask_slice
     mask_slice = action_mask_slice(env, payload.get("env_name"),

@@ -3,7 +3,7 @@
 A checkpoint records the env it was trained on and the keywords of `make`
 that built its world (`checkpoint.env_kwargs`): that is a fact of the run.
 `world_of` turns it, plus an optional preset and config overrides, into the
-keywords an evaluation, a render or `checkpoint.make_env` builds the env
+keywords an evaluation, a render or `checkpoint.make_trained_env` builds the env
 with. Torch-free, so scripted evaluation never imports torch.
 """
 from __future__ import annotations
