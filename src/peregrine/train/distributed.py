@@ -91,14 +91,12 @@ import torch.distributed as torch_dist
 
 from ..envs.native.batch import EpisodeStats
 # available_cores: affinity and cgroup quota, the count the vector backends use too
-from ..vector.common import available_cores, warn_if_oversubscribed
+from ..vector.common import available_cores, unit_seed, warn_if_oversubscribed
 from . import local_reduce
 
 # Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.
 RANK_KEYS = ("torch_rng", "generator", "next_starts", "env_state", "lstm_state",
              "obs_normalizer", "reward_scaler")
-
-_SEED_STRIDE = 0x9E3779B97F4A7C15
 
 
 def restart_count(environ=os.environ) -> int:
@@ -115,15 +113,6 @@ def launched() -> bool:
         return int(os.environ.get("WORLD_SIZE", "1")) > 1
     except ValueError:
         return False
-
-
-def unit_seed(seed: int, unit: int) -> int:
-    """peregrine.vector's seed of unit `unit` (kept importable without that module)."""
-    try:
-        from ..vector.common import unit_seed as vector_unit_seed
-    except ImportError:  # pragma: no cover - vector is part of the package
-        return (int(seed) + unit * _SEED_STRIDE) % (1 << 63)
-    return vector_unit_seed(seed, unit)
 
 
 def resolve_backend(name: str, device: torch.device, one_machine: bool = False) -> str:

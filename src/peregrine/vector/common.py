@@ -11,6 +11,7 @@ import math
 import os
 import warnings
 from pathlib import Path
+from typing import overload
 
 import numpy as np
 
@@ -24,6 +25,10 @@ __all__ = ["BUFFER_NAMES", "Buffers", "EpisodeStats", "resolve_seed", "unit_seed
 _SEED_STRIDE = 0x9E3779B97F4A7C15  # odd: distinct units get distinct seeds mod 2**64
 
 
+@overload
+def unit_seed(seed: int, unit: int) -> int: ...
+@overload
+def unit_seed(seed: None, unit: int) -> None: ...
 def unit_seed(seed: int | None, unit: int) -> int | None:
     """The seed of unit `unit` of a vector env seeded with `seed`.
 
