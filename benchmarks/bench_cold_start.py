@@ -37,6 +37,7 @@ import time
 from pathlib import Path
 
 # (not through suite_common: its OPENBLAS_NUM_THREADS would reach the timed runs)
+from peregrine.train.run_dir import checkpoint_path
 from peregrine.vector.common import available_cores
 
 HERE_SOURCE = Path(__file__).resolve().parents[1] / "src"
@@ -67,7 +68,7 @@ def one_run(source: Path, mode: str, scratch: Path, index: int) -> dict:
     if result.returncode != 0:
         raise SystemExit(f"run failed ({result.returncode}):\n{result.stderr}")
     match = TRAINING.search(result.stdout)
-    saved = (run_dir / "checkpoints" / "latest.pt").is_file()
+    saved = checkpoint_path(run_dir).is_file()
     recent = RECENT.search(result.stdout)
     return {"wall": wall, "training": float(match.group(2)) if match else float("nan"),
             "steps": int(match.group(1).replace(",", "")) if match else 0, "saved": saved,

@@ -215,7 +215,7 @@ def _auto_ranks(args, config) -> tuple[int, list[str]]:
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     if args.resume:
         from ..train import checkpoint
-        from ..train.run import checkpoint_path
+        from ..train.run_dir import checkpoint_path
         saved = int(checkpoint.load(checkpoint_path(args.resume)).get("world_size", 1))
         print(f"--nproc auto: {saved} rank(s), as the checkpoint was written", flush=True)
         return saved, []
@@ -236,7 +236,7 @@ def _launch(args, config, run_dir) -> int:
     if args.resume:
         # Refused here, before N processes start only to fail with N copies of the error.
         from ..train import checkpoint
-        from ..train.run import checkpoint_path
+        from ..train.run_dir import checkpoint_path
         check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):

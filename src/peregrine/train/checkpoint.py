@@ -62,8 +62,10 @@ def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu")
     """The payload of a checkpoint; ValueError naming the problem if it is not sound."""
     path = Path(path)
     if path.is_dir():
-        candidate = path / "checkpoints" / "latest.pt"
-        path = candidate if candidate.is_file() else path / "latest.pt"
+        from .run_dir import CHECKPOINT_NAME, checkpoint_path
+        # a run directory, or a folder holding a checkpoint (a run's checkpoints/)
+        candidate = checkpoint_path(path)
+        path = candidate if candidate.is_file() else path / CHECKPOINT_NAME
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
     raw = path.read_bytes()

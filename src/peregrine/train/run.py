@@ -50,7 +50,7 @@ from . import distributed
 from .config import Config, load_config, read_toml
 from .metrics import RunLogger
 from .ppo import Trainer
-from .run_dir import RunLock, checkpoint_file, claim_new
+from .run_dir import RunLock, checkpoint_path, claim_new
 
 
 def new_run_dir(config: Config) -> Path:
@@ -64,10 +64,6 @@ def new_run_dir(config: Config) -> Path:
         suffix += 1
         path = parent / f"{base}-{suffix}"
     return path
-
-
-def checkpoint_path(run_dir: str | os.PathLike[str]) -> Path:
-    return Path(run_dir) / "checkpoints" / "latest.pt"
 
 
 def load_run_config(run_dir: str | os.PathLike[str], overrides: Sequence = ()) -> Config:
@@ -147,7 +143,7 @@ def _claim(run_dir: Path, resume: bool, overwrite: bool) -> tuple[RunLock, bool]
     if resume:
         return RunLock(run_dir), True
     if distributed.restart_count() > 0:
-        if checkpoint_file(run_dir).is_file():
+        if checkpoint_path(run_dir).is_file():
             return RunLock(run_dir), True
         return claim_new(run_dir), False     # crashed before its first checkpoint
     return claim_new(run_dir, overwrite), False

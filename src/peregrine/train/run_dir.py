@@ -35,21 +35,25 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 LOCK_NAME = "run.lock"
+# Where a run keeps its checkpoint: RUN_DIR/checkpoints/latest.pt (checkpoint_path).
+CHECKPOINT_FOLDER, CHECKPOINT_NAME = "checkpoints", "latest.pt"
 # What a run writes into its directory (train/run.py, train/metrics.py, the
 # monitor's metrics.bin, TensorBoard): what a crashed attempt may leave behind.
 RUN_FILES = ("config.toml", "metrics.jsonl", "metrics.bin", "learning_curve.png",
-             "tensorboard", "checkpoints", "wandb", LOCK_NAME)     # wandb: --train.track
+             "tensorboard", CHECKPOINT_FOLDER, "wandb", LOCK_NAME)     # wandb: --train.track
 # What a run writes inside its folders before its first checkpoint: a checkpoint's
 # temporary file (train/checkpoint.py: .latest.pt.tmpPID) and TensorBoard's event files.
-RUN_FOLDER_PREFIXES = {"checkpoints": (".latest.pt.tmp",), "tensorboard": ("events.out.tfevents.",)}
+RUN_FOLDER_PREFIXES = {CHECKPOINT_FOLDER: (f".{CHECKPOINT_NAME}.tmp",),
+                       "tensorboard": ("events.out.tfevents.",)}
 
 
 class RunDirectoryError(ValueError):
     """A run directory that this run may not take (in use, holds a run, not a run)."""
 
 
-def checkpoint_file(run_dir: Path) -> Path:
-    return Path(run_dir) / "checkpoints" / "latest.pt"
+def checkpoint_path(run_dir: str | os.PathLike[str]) -> Path:
+    """The checkpoint file of the run in `run_dir` (the one place that names it)."""
+    return Path(run_dir) / CHECKPOINT_FOLDER / CHECKPOINT_NAME
 
 
 class RunLock:
@@ -108,7 +112,7 @@ def describe(run_dir: str | os.PathLike[str]) -> str:
     names = {entry.name for entry in run_dir.iterdir()} - {LOCK_NAME}
     if not names:
         return "empty"
-    if checkpoint_file(run_dir).is_file():
+    if checkpoint_path(run_dir).is_file():
         return "run"
     if not names <= set(RUN_FILES):
         return "other"
