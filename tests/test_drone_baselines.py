@@ -4,8 +4,9 @@ import pytest
 
 import peregrine
 from peregrine.envs.drone_swarm.baselines import (HELP, POLICIES, LawnmowerPolicy, RandomPolicy,
-                                                  VoronoiPolicy, effective_parameters, make_policy)
+                                                  VoronoiPolicy, effective_parameters)
 from peregrine.envs.drone_swarm.reference import decode_state, encode_state
+from peregrine.envs.scripted import make_scripted_policy
 from peregrine.evaluate import evaluate
 
 
@@ -37,8 +38,7 @@ def test_baseline_copes_with_a_shifted_preset(name):
 def test_actions_are_float32_rows_in_range(name, config):
     env = peregrine.make("drone_swarm", num_envs=3, seed=0, **config)
     try:
-        policy = make_policy(name, seed=0)
-        policy.reset(env)
+        policy = make_scripted_policy("drone_swarm", name, env, seed=0)
         observations = env.observations
         for _ in range(40):
             actions = policy(observations)
@@ -52,7 +52,7 @@ def test_actions_are_float32_rows_in_range(name, config):
 
 def test_unknown_policy_name_is_refused():
     with pytest.raises(ValueError, match="lawnmower"):
-        make_policy("spiral")
+        make_scripted_policy("drone_swarm", "spiral", env=None)    # refused before binding
 
 
 def _scenario(num_drones, drones_xy, victim_xy, **config):
@@ -148,8 +148,7 @@ def test_baselines_go_round_obstacles(name):
 
 def test_obstacles_are_remembered_from_the_observations():
     env = peregrine.make("drone_swarm", num_envs=4, seed=2, preset="wilderness_obstacles_hard")
-    policy = make_policy("voronoi")
-    policy.reset(env)
+    policy = make_scripted_policy("drone_swarm", "voronoi", env)
     policy(env.observations)
     for e in range(4):
         table = decode_state(env.get_state(e), env.config)["obstacles"]
@@ -163,8 +162,7 @@ def test_obstacles_are_remembered_from_the_observations():
 
 def test_a_blocked_path_goes_via_a_reachable_corner():
     env = peregrine.make("drone_swarm", num_envs=1, seed=0, preset="wilderness_obstacles")
-    policy = make_policy("voronoi")
-    policy.reset(env)
+    policy = make_scripted_policy("drone_swarm", "voronoi", env)
     env.close()
     policy.known[0, 0] = (40.0, 40.0, 50.0, 80.0)
     policy.known_count[0] = 1

@@ -159,11 +159,10 @@ def test_render_writes_a_multi_frame_gif(tmp_path, capsys):
 
 def test_render_full_episode_ends_with_a_summary_frame(tmp_path):
     import peregrine
-    from peregrine.envs.drone_swarm.baselines import make_policy
     from peregrine.envs.drone_swarm.render import render_episode
+    from peregrine.envs.scripted import make_scripted_policy
     env = peregrine.make("drone_swarm", num_envs=1, seed=4)
-    policy = make_policy("voronoi")
-    policy.reset(env)
+    policy = make_scripted_policy("drone_swarm", "voronoi", env)
     result = render_episode(env, policy, tmp_path / "ep.gif", every=4, size=96)
     env.close()
     assert result["steps"] < 800 and result["delivered"] == 10

@@ -723,9 +723,3 @@ class VoronoiPolicy(ScriptedSwarm):
 
 POLICIES = {"random": RandomPolicy, "lawnmower": LawnmowerPolicy, "voronoi": VoronoiPolicy}
 
-
-def make_policy(name: str, seed: int = 0):
-    """A fresh scripted policy by name; ValueError naming the choices otherwise."""
-    if name not in POLICIES:
-        raise ValueError(f"unknown drone_swarm policy {name!r}; choose one of {sorted(POLICIES)}")
-    return POLICIES[name](seed=seed)
