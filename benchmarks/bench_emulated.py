@@ -298,19 +298,13 @@ def cmd_speed(args) -> None:
                 for lib in (("peregrine", "sb3") if window % 2 == 0 else ("sb3", "peregrine")):
                     if args.skip_train:
                         continue
-                    try:
-                        if lib == "peregrine":
-                            got = peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}")
-                        else:
-                            got = sb3_train_sps(setup, window)
-                    except Exception as error:  # noqa: BLE001 - recorded
-                        import traceback
-                        traceback.print_exc()
-                        got = {"sps": None, "error": f"{type(error).__name__}: {error}"}
+                    if lib == "peregrine":
+                        got = recorded(f"[train] {key} window {window} {lib}", lambda: (
+                            peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}")))
+                    else:
+                        got = recorded(f"[train] {key} window {window} {lib}",
+                                       lambda: sb3_train_sps(setup, window))
                     windows[lib].append(got)
-                    print(f"[train] {key} window {window} {lib}: "
-                          f"{got['sps'] if got['sps'] is None else round(got['sps'])} SPS",
-                          flush=True)
             if not args.skip_train:
                 result["train"][key] = summarize_windows(windows)
             backends = ["peregrine_mp", "gym_async", "gym_sync"]
@@ -318,32 +312,34 @@ def cmd_speed(args) -> None:
                 backends.append("pufferlib_mp")
             env_windows = {b: [] for b in backends}
             n, steps = args.env_num_envs, setup["env_steps"]
+            measure = {"peregrine_mp": lambda: peregrine_env_sps(setup, n, steps),
+                       "gym_async": lambda: gymnasium_env_sps(setup, n, steps, True),
+                       "gym_sync": lambda: gymnasium_env_sps(setup, n, steps, False),
+                       "pufferlib_mp": lambda: pufferlib_env_sps(setup, n, steps)}
             for window in range(args.windows):
                 order = backends if window % 2 == 0 else backends[::-1]
                 for backend in order:
-                    try:
-                        if backend == "peregrine_mp":
-                            sps = peregrine_env_sps(setup, n, steps)
-                        elif backend == "gym_async":
-                            sps = gymnasium_env_sps(setup, n, steps, True)
-                        elif backend == "gym_sync":
-                            sps = gymnasium_env_sps(setup, n, steps, False)
-                        else:
-                            sps = pufferlib_env_sps(setup, n, steps)
-                        got = {"sps": sps}
-                    except Exception as error:  # noqa: BLE001 - recorded
-                        import traceback
-                        traceback.print_exc()
-                        got = {"sps": None, "error": f"{type(error).__name__}: {error}"}
-                    env_windows[backend].append(got)
-                    print(f"[env] {key} window {window} {backend}: "
-                          f"{got['sps'] if got['sps'] is None else round(got['sps'])} SPS",
-                          flush=True)
+                    env_windows[backend].append(recorded(
+                        f"[env] {key} window {window} {backend}",
+                        lambda: {"sps": measure[backend]()}))
             result["env_only"][key] = summarize_windows(env_windows)
             write_json(args.out, result)       # partial results survive
     result["loadavg_at_end"] = os.getloadavg()
     write_json(args.out, result)
     print(speed_markdown(result))
+
+
+def recorded(label: str, measure) -> dict:
+    """measure() -> {"sps": ...}; a failure is recorded as {"sps": None, "error"} (the
+    next window still runs) and the figure is printed under `label`."""
+    try:
+        got = measure()
+    except Exception as error:  # noqa: BLE001 - recorded
+        import traceback
+        traceback.print_exc()
+        got = {"sps": None, "error": f"{type(error).__name__}: {error}"}
+    print(f"{label}: {got['sps'] if got['sps'] is None else round(got['sps'])} SPS", flush=True)
+    return got
 
 
 def summarize_windows(windows: dict) -> dict:
