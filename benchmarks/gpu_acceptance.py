@@ -924,6 +924,7 @@ def training_plan(device: str, tiny: bool, short: bool = False) -> list[dict]:
 def child_training(device: str, tiny: bool, result_path: Path, short: bool = False) -> dict:
     import torch
 
+    from bench_gpu import device_memory_used      # this script's folder: benchmarks/
     from peregrine.train.config import load_config
     from peregrine.train.ppo import Trainer
     cuda = device == "cuda"
@@ -941,7 +942,7 @@ def child_training(device: str, tiny: bool, result_path: Path, short: bool = Fal
             if cuda:
                 torch.cuda.empty_cache()
                 torch.cuda.reset_peak_memory_stats()
-                run["device_used_before_mib"] = device_used_mib(torch)
+                run["device_used_before_mib"] = device_memory_used(torch) / 2 ** 20
             config = load_config(plan["env"], plan["variant"], overrides=[
                 *plan["overrides"], ("train.checkpoint_interval", 0),
                 ("train.total_steps", plan.get("cap", 10 ** 12)),
@@ -950,7 +951,7 @@ def child_training(device: str, tiny: bool, result_path: Path, short: bool = Fal
             try:
                 run.update(measure_run(trainer, plan, cuda, torch))
                 if cuda:
-                    run["device_used_during_mib"] = device_used_mib(torch)
+                    run["device_used_during_mib"] = device_memory_used(torch) / 2 ** 20
             finally:
                 trainer.close()
             if cuda:
@@ -970,12 +971,6 @@ def keep_run(results: dict, run: dict, result_path: Path) -> None:
     write_atomically(result_path, json.dumps(results, indent=2, default=str))
     print(json.dumps({k: v for k, v in run.items() if k != "overrides"}, default=str),
           flush=True)
-
-
-def device_used_mib(torch) -> float:
-    """MiB in use on the whole device (cudaMemGetInfo), as nvidia-smi counts it."""
-    free, total = torch.cuda.mem_get_info()
-    return (total - free) / 2 ** 20
 
 
 def measure_startup(plan: dict, tiny: bool, scratch: Path) -> dict:
