@@ -1,5 +1,6 @@
-"""vec.split = 2: the native batch as two halves stepped alternately, each half's env
-step on a worker thread beside the other half's forward (train/collect.py). It
+"""vec.split = 2: the batch as two halves stepped alternately, each half's env step
+(a native block on a worker thread, or a group of worker processes) beside the
+other half's forward (train/collect.py). It
 learns, is deterministic for a seed, resumes exactly, keeps LSTM state, action masks
 and truncation bootstraps per half, really overlaps, and refuses what it cannot do."""
 from __future__ import annotations
@@ -22,6 +23,11 @@ CASES = {   # name -> (env, overrides beside SMALL: 8 instances, 16 steps per up
     "lstm": ("cartpole", [("policy.lstm", True), ("policy.bptt_horizon", 8)]),
     "drone_swarm": ("drone_swarm", []),     # 8 agent rows per instance, Box actions
     "prospector": ("prospector", []),       # Discrete actions masked from the observation
+    # The halves as two groups of worker processes, with the normalisers (shared
+    # statistics, per-row reward returns) on.
+    "processes": ("cartpole", [("vec.backend", "multiprocessing"), ("vec.num_workers", 2),
+                               ("train.normalize_obs", True),
+                               ("train.normalize_reward", True)]),
 }
 
 
@@ -109,7 +115,7 @@ def test_halves_run_their_own_streams():
         serial.close()
 
 
-@pytest.mark.parametrize("case", ["mlp", "lstm"])
+@pytest.mark.parametrize("case", ["mlp", "lstm", "processes"])
 def test_resume_continues_exactly(tmp_path, case):
     """Stop after 2 updates, save, load into a fresh trainer, run 3 more: equal to an
     uninterrupted 5-update run (both halves' instance states and streams, the LSTM
@@ -143,6 +149,7 @@ def test_staged_rows_give_the_same_run(case):
     try:
         staged.collector.close()
         staged.collector = collect.SplitCollector(staged.env, staged.device, staged.config.train,
+                                                  staged.policy.obs_dim,
                                                   staged.pipeline.mask_slice, staged=True)
         staged.pipeline = staged.collector.pipeline
         assert all(isinstance(half.rows, collect.PinnedRows) for half in staged.collector.halves)
@@ -277,6 +284,38 @@ def test_env_steps_run_beside_the_forward():
         trainer.close()
 
 
+def test_an_emulated_env_splits_into_worker_groups_with_shared_normalisers():
+    """A Gymnasium env (Multiprocessing, two workers) split in two groups of workers:
+    each half steps its own worker, the halves share one observation normaliser and
+    one set of reward statistics (after a rollout: every row's observations of every
+    step counted once), the checkpoint holds every row's discounted return, and a
+    seed gives the same run twice."""
+    overrides = [("vec.num_envs", 8), ("vec.split", 2), ("train.horizon", 16),
+                 ("train.minibatch_size", 64), ("train.normalize_obs", True),
+                 ("train.normalize_reward", True), ("train.tensorboard", False)]
+    runs = []
+    for _ in range(2):
+        trainer = Trainer(load_config("gym:CartPole-v1", overrides=overrides))
+        try:
+            assert trainer.config.vec.backend == "multiprocessing"
+            assert trainer.config.vec.num_workers == 2      # "auto": whole groups
+            halves = trainer.collector.halves
+            assert all(isinstance(h.stepper, collect.GroupStepper) for h in halves)
+            assert [h.stepper.group.workers for h in halves] == [range(0, 1), range(1, 2)]
+            pipeline = trainer.pipeline
+            assert all(h.pipeline.obs_norm is pipeline.obs_norm for h in halves)
+            assert all(h.pipeline.reward_scaler.stats is pipeline.reward_scaler.stats
+                       for h in halves)
+            runs.append(run_updates(trainer, 2))
+            counted = trainer.rows * (1 + 2 * trainer.horizon)   # + the first observations
+            assert int(pipeline.obs_norm.stats.count) == counted
+            state = pipeline.state_dict()
+            assert state["reward_scaler"]["returns"].shape == (trainer.rows,)
+        finally:
+            trainer.close()
+    assert runs[0] == runs[1]
+
+
 def test_an_env_error_in_the_worker_reaches_the_trainer():
     trainer = Trainer(split_config())
     calls = [0]
@@ -292,7 +331,7 @@ def test_an_env_error_in_the_worker_reaches_the_trainer():
     try:
         with pytest.raises(RuntimeError, match="the env broke"):
             trainer.collect()
-        assert trainer.collector.pending == [None, None]   # nothing left stepping
+        assert trainer.collector.pending == [False, False]   # nothing left stepping
     finally:
         trainer.close()
 
@@ -303,8 +342,8 @@ def test_an_env_error_in_the_worker_reaches_the_trainer():
     ([("vec.backend", "device")], "vec.split = 2 needs vec.backend = 'native'"),
     ([("vec.num_envs", 7)], r"vec.num_envs \(7\) must be divisible by vec.split \(2\)"),
     ([("train.overlap", True)], "vec.split = 2 does not support train.overlap"),
-    ([("train.normalize_obs", True), ("train.normalize_reward", True)],
-     "does not support train.normalize_obs, train.normalize_reward yet"),
+    ([("vec.backend", "multiprocessing"), ("vec.num_workers", 3), ("vec.num_envs", 6)],
+     r"steps 2 groups of worker processes: vec.num_workers \(3\) must be a multiple of 2"),
     ([("train.teacher", "random")], "does not support train.teacher"),
 ])
 def test_unsupported_settings_are_refused_by_name(extra, message):

@@ -157,6 +157,34 @@ def test_async_results_match_serial_per_env():
         np.testing.assert_array_equal(ref.observations, state)
 
 
+def test_worker_groups_step_on_their_own_and_agree_with_step():
+    """Groups of workers started and waited for separately, overlapping and in either
+    order, leave every env where step() puts it; each group's buffers are views of
+    its rows, and its actions are checked as step()'s are."""
+    actions = [np.array([t % 2, 1, 0, (t + 1) % 2, 1, 1], np.int32) for t in range(12)]
+    with pv.make("cartpole", backend="multiprocessing", num_envs=6, num_workers=3, seed=4,
+                 overwork=True) as env, \
+            pv.make("cartpole", backend="multiprocessing", num_envs=6, num_workers=3, seed=4,
+                    overwork=True) as ref:
+        with pytest.raises(ValueError, match="divisible by 2, this env has num_workers=3"):
+            env.worker_groups(2)
+        first, second, third = env.worker_groups(3)
+        assert (first.begin, first.end, third.end) == (0, 2, 6)
+        assert np.shares_memory(second.observations, env.observations[2:4])
+        for t, step_actions in enumerate(actions):
+            ref.step(step_actions)
+            order = (first, second, third) if t % 2 else (third, first, second)
+            for group in order:
+                group.start(np.ascontiguousarray(step_actions[group.begin:group.end]))
+            for group in reversed(order):
+                group.finish()
+            np.testing.assert_array_equal(env.observations, ref.observations)
+            np.testing.assert_array_equal(env.terminals, ref.terminals)
+        with pytest.raises(ValueError, match="out of range"):
+            first.start(np.array([0, 2], np.int32))
+        assert env.episode_stats().count == ref.episode_stats().count > 0
+
+
 @pytest.mark.parametrize("kwargs, message", [
     (dict(num_envs=6, num_workers=4, overwork=True), "must be divisible by num_workers"),
     (dict(num_envs=8, num_workers=2, batch_size=3, overwork=True),

@@ -9,21 +9,27 @@ of collector, not a branch inside one.
 observe, forward and sample, hand the actions to `env.step`, receive its output,
 bootstrap truncated rows. The trainer waits while the env steps.
 
-`SplitCollector` (vec.split = 2, a host native batch; EnvPool's alternating
-halves): the batch is two native blocks of num_envs / 2 instances
-(environment.make_env), rows [0, R/2) and [R/2, R) of the storage. Per step,
-for half h in turn:
+`SplitCollector` (vec.split = 2, a host batch; EnvPool's alternating halves):
+the batch is two blocks, rows [0, R/2) and [R/2, R) of the storage
+(environment.split_blocks): two native batches of num_envs / 2 instances (the
+native backend), or two groups of worker processes (the multiprocessing
+backend, any env). Per step, for half h in turn:
 
     wait for half h's env step      (submitted one half earlier)
     receive its output              (rewards, episode ends, bootstrap)
     observe + forward + sample      (half h's rows only)
     actions to half h's buffer      (CUDA: non-blocking into pinned memory + event)
-    submit half h's env step        (a worker thread; the C step releases the GIL)
+    submit half h's env step        (native: a worker thread, the C step releases the
+                                     GIL; multiprocessing: the group's processes)
 
-so while the worker steps half h, this thread runs the forward of the other
-half. One worker thread steps the halves in submission order; each half has its
-own observation pipeline over its own rows, its own action buffer and, for a
-recurrent policy, its own slice of the LSTM state.
+so while half h steps, this thread runs the forward of the other half. One
+worker thread steps native halves in submission order; worker-process groups
+step on their own, so both halves' processes may be stepping at once. Each half
+has its own observation pipeline over its own rows (sharing the normalisers'
+statistics, SplitPipeline), its own action buffer and, for a recurrent policy,
+its own slice of the LSTM state. The order of everything this thread does is
+fixed (half 0, then half 1), whichever half's step ends first: a seed gives
+the same run twice.
 
 On a CUDA learner, observations and env outputs go through pinned staging
 arrays (`PinnedRows`): after a half's step they are copied (host memcpy) into
@@ -47,11 +53,11 @@ generator's draws are cut differently.
 Time split: `env` is the seconds this thread WAITED for a half's env step (the
 part of the env's work not hidden behind the other half's forward);
 `env_hidden` the env-step seconds that ran beside it (the worker's busy time
-minus that wait). `forward` stays the rest of the rollout.
+minus that wait; for worker processes, whose busy time is theirs, the steps'
+time in flight). `forward` stays the rest of the rollout.
 
 Not available with vec.split (refused by config validation or here, by name):
-observation/reward normalisation (their running statistics would be shared by
-the halves), kickstarting, train.overlap, device batches, several ranks.
+kickstarting, train.overlap, device batches, several ranks.
 """
 from __future__ import annotations
 
@@ -225,42 +231,86 @@ class PinnedRows:
             np.copyto(getattr(self, name), getattr(self.env, name))
 
 
+class ThreadStepper:
+    """A native block's step on the collector's one worker thread (the C step
+    releases the GIL), started once the half's actions are on the host."""
+
+    def __init__(self, block, actions, worker: ThreadPoolExecutor):
+        self.block, self.actions, self.worker = block, actions, worker
+        self.future = None
+
+    def _step(self) -> float:
+        self.actions.wait()
+        tick = time.perf_counter()
+        self.block.step(self.actions.array)
+        return time.perf_counter() - tick
+
+    def submit(self) -> None:
+        self.future = self.worker.submit(self._step)
+
+    def wait(self) -> float:
+        """Waits for the step; returns the seconds it took (re-raises its error)."""
+        future, self.future = self.future, None
+        return future.result()
+
+
+class GroupStepper:
+    """A Multiprocessing worker group (vector.processes.WorkerGroup): its worker
+    processes step while this thread works, so no thread is needed. The seconds
+    returned are the step's time in flight, from start to the end of the wait."""
+
+    def __init__(self, group, actions):
+        self.group, self.actions = group, actions
+        self.started = None
+
+    def submit(self) -> None:
+        self.actions.wait()
+        self.started = time.perf_counter()
+        self.group.start(self.actions.array)
+
+    def wait(self) -> float:
+        started, self.started = self.started, None
+        self.group.finish()
+        return time.perf_counter() - started
+
+
 class Half:
-    """One half of a split batch: its native block, rows, staging, pipeline, actions,
-    and a centralised critic's global state column of its rows (None: local critic)."""
+    """One half of a split batch: its block (a native batch or a group of worker
+    processes), rows, staging, pipeline, actions, stepper, and a centralised
+    critic's global state column of its rows (None: local critic)."""
 
     def __init__(self, env, begin: int, device, train_config, mask_slice, staged: bool,
-                 critic: str = "local"):
+                 obs_dim: int, worker: ThreadPoolExecutor, critic: str = "local",
+                 share_with=None):
         self.env, self.begin, self.end = env, begin, begin + int(env.num_agents)
         cuda = device.type == "cuda"
         self.rows = PinnedRows(env, pin=cuda) if staged else DirectRows(env)
         source = self.rows.source
-        self.pipeline = ObservationPipeline(source, source.observations, device,
-                                            int(env.single_observation_space.shape[0]),
-                                            train_config, mask_slice)
+        self.pipeline = ObservationPipeline(source, source.observations, device, obs_dim,
+                                            train_config, mask_slice, share_with)
         self.actions = environment.ActionBuffer(env.single_action_space, int(env.num_agents),
                                                 device, pinned=cuda)
+        from ..vector.processes import WorkerGroup     # imported by then (split_blocks)
+        self.stepper = GroupStepper(env, self.actions) if isinstance(env, WorkerGroup) \
+            else ThreadStepper(env, self.actions, worker)
         # Read only between this half's steps (its step is waited for before its rows
         # are observed), so the block's own state buffers need no staging.
         self.critic = None if critic == "local" else CriticStates(env, critic, device)
 
-    def step(self) -> float:
-        """The worker thread's job: this half's env step once its actions are on
-        the host; returns the seconds the step took."""
-        self.actions.wait()
-        tick = time.perf_counter()
-        self.env.step(self.actions.array)
-        return time.perf_counter() - tick
-
 
 class SplitPipeline:
     """The observation pipeline's interface outside the step loop (last value,
-    checkpoints, evaluation settings), over the halves' pipelines."""
+    checkpoints, evaluation settings), over the halves' pipelines. The halves share
+    their normalisers' statistics (ObservationPipeline's `share_with`), updated
+    half 0 then half 1 at every step: merged exactly (normalize.py), they are the
+    statistics of the whole batch; only the reward scaler's discounted returns are
+    per row, so per half."""
 
     def __init__(self, pipelines):
         self.pipelines = pipelines
         self.mask_slice = pipelines[0].mask_slice
-        self.obs_norm = self.reward_scaler = None     # refused with vec.split
+        self.obs_norm = pipelines[0].obs_norm
+        self.reward_scaler = pipelines[0].reward_scaler   # its statistics are every half's
 
     @property
     def storage_dtype(self) -> torch.dtype:
@@ -271,10 +321,32 @@ class SplitPipeline:
         return torch.cat([pipeline.current() for pipeline in self.pipelines])
 
     def state_dict(self) -> dict:
-        return {"obs_normalizer": None, "reward_scaler": None}
+        """As one pipeline over every row would write it: the shared statistics, and
+        the reward scaler's returns of every row in row order."""
+        state = self.pipelines[0].state_dict()
+        if state["reward_scaler"] is not None:
+            state["reward_scaler"]["returns"] = torch.cat(
+                [pipeline.reward_scaler.state_dict()["returns"] for pipeline in self.pipelines])
+        return state
 
     def load_state_dict(self, state: dict) -> None:
-        """Nothing to restore (no normalisers on this path)."""
+        """Restores `state_dict`'s output (the shared statistics are loaded once per
+        half: the same values)."""
+        reward = state.get("reward_scaler")
+        begin = 0
+        for pipeline in self.pipelines:
+            part = state
+            if reward is not None and pipeline.reward_scaler is not None:
+                returns = torch.as_tensor(reward["returns"])
+                total = sum(int(p.reward_scaler.returns.shape[0]) for p in self.pipelines)
+                if returns.dim() != 1 or returns.shape[0] != total:
+                    raise ValueError(f"reward scaler has {returns.shape[0] if returns.dim() else 0}"
+                                     f" rows, this run has {total}")
+                rows = int(pipeline.reward_scaler.returns.shape[0])
+                part = {**state, "reward_scaler": {**reward,
+                                                   "returns": returns[begin:begin + rows]}}
+                begin += rows
+            pipeline.load_state_dict(part)
 
 
 class SplitCollector:
@@ -282,21 +354,22 @@ class SplitCollector:
     half's forward (module docstring). `staged` (default: the device is CUDA) routes
     env outputs through `PinnedRows`."""
 
-    def __init__(self, env, device, train_config, mask_slice=None, staged: bool | None = None,
-                 critic: str = "local"):
+    def __init__(self, env, device, train_config, obs_dim: int, mask_slice=None,
+                 staged: bool | None = None, critic: str = "local"):
         device = torch.device(device)
         if staged is None:
             staged = device.type == "cuda"
         self.device, self.staged = device, staged
-        blocks = environment.split_blocks(env)
+        # Native blocks step here (no thread starts until the first submit).
+        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="peregrine-env-step")
         self.halves, begin = [], 0
-        for block in blocks:
+        for block in environment.split_blocks(env):
+            first = self.halves[0].pipeline if self.halves else None
             self.halves.append(Half(block, begin, device, train_config, mask_slice, staged,
-                                    critic))
+                                    obs_dim, self.worker, critic, share_with=first))
             begin += int(block.num_agents)
         self.pipeline = SplitPipeline([half.pipeline for half in self.halves])
-        self.worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="peregrine-env-step")
-        self.pending: list = [None] * len(self.halves)
+        self.pending = [False] * len(self.halves)
         self.clock = environment.StepClock(torch.device("cpu"))   # this thread's waits
         self.busy = 0.0                 # the worker's env-step seconds in the last rollout
 
@@ -336,7 +409,8 @@ class SplitCollector:
                         block.step_critic_states(step))
                     block.record(step, actions, logprobs, values)
                     half.actions.write(actions)
-                    self.pending[h] = self.worker.submit(half.step)
+                    half.stepper.submit()
+                    self.pending[h] = True
             for h in range(len(halves)):
                 self._finish(trainer, h, blocks[h], horizon - 1, states[h])
         finally:
@@ -351,8 +425,8 @@ class SplitCollector:
         """Waits for half h's env step of `step` and writes its output into `block`."""
         half = self.halves[h]
         self.clock.start()
-        future, self.pending[h] = self.pending[h], None
-        self.busy += future.result()    # re-raises the worker's exception here
+        self.pending[h] = False
+        self.busy += half.stepper.wait()    # re-raises the step's exception here
         self.clock.stop()
         half.rows.load()
         source = half.rows.source
@@ -368,11 +442,11 @@ class SplitCollector:
     def _drain(self) -> None:
         """Waits for every submitted step (after an error too: a half must not be
         stepping while the trainer saves, resets or closes the env)."""
-        for h, future in enumerate(self.pending):
-            if future is not None:
-                self.pending[h] = None
+        for h, pending in enumerate(self.pending):
+            if pending:
+                self.pending[h] = False
                 try:
-                    future.result()
+                    self.halves[h].stepper.wait()
                 except Exception:  # noqa: BLE001 - the error being raised already names it
                     pass
 

@@ -50,8 +50,9 @@ class VecConfig:
     #                                  "auto": for multiprocessing one per available core (the
     #                                  largest divisor of num_envs within the core count),
     #                                  else 1. config.toml records the number that ran
-    split: int = 1                   # 2: the native batch as two halves stepped alternately,
-    #                                  each half's env step (a worker thread) overlapping
+    split: int = 1                   # 2: the batch as two halves stepped alternately, each
+    #                                  half's env step (native: a worker thread; multi-
+    #                                  processing: half the worker processes) overlapping
     #                                  the other half's policy forward (train/collect.py)
 
 
@@ -454,7 +455,9 @@ def resolve_auto(config: Config) -> None:
             v.num_workers = 1
         else:
             from ..vector.common import auto_workers
-            v.num_workers = auto_workers(v.num_envs)
+            # Whole groups for vec.split (an indivisible num_envs is refused by validate).
+            groups = v.split if v.split > 1 and v.num_envs % v.split == 0 else 1
+            v.num_workers = auto_workers(v.num_envs, multiple=groups)
 
 
 def validate(config: Config) -> None:
@@ -518,16 +521,19 @@ def validate(config: Config) -> None:
     if v.split not in (1, 2):
         raise ValueError(f"vec.split must be 1 or 2, got {v.split}")
     if v.split > 1:
-        if v.backend != "native":
+        if v.backend not in ("native", "multiprocessing"):
             raise ValueError(f"vec.split = {v.split} needs vec.backend = 'native' (a host batch "
-                             f"of C envs), got vec.backend = {v.backend!r}")
+                             f"of C envs) or 'multiprocessing' (worker processes), got "
+                             f"vec.backend = {v.backend!r}")
+        if v.backend == "multiprocessing" and v.num_workers % v.split:
+            raise ValueError(f"vec.split = {v.split} with vec.backend = 'multiprocessing' steps "
+                             f"{v.split} groups of worker processes: vec.num_workers "
+                             f"({v.num_workers}) must be a multiple of {v.split}")
         if v.num_envs % v.split:
             raise ValueError(f"vec.num_envs ({v.num_envs}) must be divisible by vec.split "
                              f"({v.split}): the halves get the same number of instances")
         unsupported = [name for name, value in (
-            ("train.overlap", t.overlap), ("train.normalize_obs", t.normalize_obs),
-            ("train.normalize_reward", t.normalize_reward), ("train.teacher", t.teacher))
-            if value]
+            ("train.overlap", t.overlap), ("train.teacher", t.teacher)) if value]
         if unsupported:
             raise ValueError(f"vec.split = {v.split} does not support {', '.join(unsupported)} "
                              f"yet; turn those off or set vec.split = 1")

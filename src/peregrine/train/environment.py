@@ -5,12 +5,14 @@ emulated Gymnasium/PettingZoo envs behind the same batch interface) or, for
 `vec.backend = "device"`, from `peregrine.make(..., device=...)`. Each returns a
 batch whose `reset`/`step` hand back the env's own buffers, updated in place.
 
-`vec.split = 2` (native backend only) makes the batch a `vector.Serial` of two
+`vec.split = 2` with the native backend makes the batch a `vector.Serial` of two
 native blocks of num_envs / 2 instances over one set of buffers (rows [0, R/2)
 and [R/2, R)), seeded as that backend seeds its blocks (block b: seed + b*phi).
-The trainer steps the blocks separately (`split_blocks`, collect.SplitCollector);
-everything else (reset, stream seeding, per-instance state, episode statistics)
-goes through the Serial batch as for any vector env.
+With the multiprocessing backend (any env, emulated ones included) the batch is
+made as without the split, and its workers form two groups (an even
+vec.num_workers). The trainer steps the blocks separately (`split_blocks`,
+collect.SplitCollector); everything else (reset, stream seeding, per-instance
+state, episode statistics) goes through the whole batch as for any vector env.
 
 Exact resume. A native batch's future is fully determined by its per-instance
 state (`get_state`) plus each instance's random stream. The streams cannot be
@@ -55,9 +57,18 @@ def make_env(config, seed: int | None = None, device=None):
                        seed=seed, **kwargs)
 
 
-def split_blocks(env) -> list:
-    """The native batches of a `vec.split` env (make_env), in row order: each steps
-    its own rows of the env's buffers when called alone."""
+def split_blocks(env, count: int = 2) -> list:
+    """The halves of a `vec.split` env (make_env), in row order: a native backend's
+    native batches, each stepping its own rows of the env's buffers when called
+    alone, or a Multiprocessing env's worker groups (`count` groups of consecutive
+    workers, started and waited for separately)."""
+    from ..vector.processes import Multiprocessing
+    if isinstance(env, Multiprocessing):
+        if env.num_workers % count:
+            raise ValueError(f"vec.split = {count} steps groups of worker processes: "
+                             f"vec.num_workers ({env.num_workers}) must be a multiple of "
+                             f"{count}")
+        return env.worker_groups(count)
     blocks = getattr(env, "blocks", None)
     if not blocks or any(len(block.units) != 1 or not hasattr(block.units[0], "_batch")
                          for block in blocks):

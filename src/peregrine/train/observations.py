@@ -39,15 +39,21 @@ class _Normalisers:
     obs_view: torch.Tensor
 
     def _make_normalisers(self, train_config, obs_dim: int, rows: int, device,
-                          stats_device) -> None:
+                          stats_device, share_with=None) -> None:
         """train.normalize_obs / normalize_reward's normalisers (None when off), their
-        statistics kept on `stats_device` (where the env's buffers are)."""
+        statistics kept on `stats_device` (where the env's buffers are). `share_with`
+        (another pipeline over other rows of the same batch: vec.split's halves)
+        gives this one the same statistics: its observation normaliser, and its
+        reward scaler's running statistics beside this pipeline's own rows' returns."""
         t = train_config
         self.obs_norm = self.reward_scaler = None
         if t.normalize_obs:
-            self.obs_norm = ObservationNormalizer(obs_dim, t.obs_clip, device, stats_device)
+            self.obs_norm = share_with.obs_norm if share_with is not None else \
+                ObservationNormalizer(obs_dim, t.obs_clip, device, stats_device)
         if t.normalize_reward:
             self.reward_scaler = RewardScaler(rows, t.gamma, t.reward_clip, stats_device)
+            if share_with is not None:
+                self.reward_scaler.stats = share_with.reward_scaler.stats
 
     @property
     def storage_dtype(self) -> torch.dtype:
@@ -71,7 +77,8 @@ class _Normalisers:
 
 
 class ObservationPipeline(_Normalisers):
-    def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None):
+    def __init__(self, env, observations, device, obs_dim: int, train_config, mask_slice=None,
+                 share_with=None):
         self.env, self.device = env, device
         self.non_blocking = device.type != "cpu"
         self.mask_slice = mask_slice
@@ -82,7 +89,7 @@ class ObservationPipeline(_Normalisers):
         self.masks_view = None if self.masks_np is None else torch.from_numpy(self.masks_np)
         rows = int(env.num_agents)
         # The statistics stay on the host, beside the env's arrays (no copy to update them).
-        self._make_normalisers(train_config, obs_dim, rows, device, "cpu")
+        self._make_normalisers(train_config, obs_dim, rows, device, "cpu", share_with)
         if self.obs_norm is not None:
             self.obs_norm.update(self.obs_view, self.masks_view)
         if self.reward_scaler is not None:

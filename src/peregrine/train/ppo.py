@@ -217,7 +217,8 @@ class Trainer:
             if teacher is not None:     # train.teacher is refused by config validation
                 raise ValueError("vec.split = 2 does not support a teacher (kickstarting) yet; "
                                  "set vec.split = 1")
-            self.collector = SplitCollector(env, device, t, mask_slice, critic=p.critic)
+            self.collector = SplitCollector(env, device, t, policy.obs_dim, mask_slice,
+                                            critic=p.critic)
             self.pipeline = self.collector.pipeline
             self.critic_states = None       # per half (the collector's)
         else:

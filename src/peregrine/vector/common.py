@@ -144,11 +144,13 @@ def warn_if_oversubscribed(count: int, what: str, advice: str, stacklevel: int =
     return True
 
 
-def auto_workers(num_envs: int) -> int:
+def auto_workers(num_envs: int, multiple: int = 1) -> int:
     """Workers for `num_workers = "auto"`: one per available core, as many as divide
-    num_envs (every worker runs the same number of envs)."""
-    cores = max(1, min(available_cores(), num_envs))
-    return max(w for w in range(1, cores + 1) if num_envs % w == 0)
+    num_envs (every worker runs the same number of envs), a multiple of `multiple`
+    (the trainer's vec.split groups; at least `multiple` workers, even on fewer
+    cores). `multiple` must divide num_envs."""
+    cores = max(multiple, min(available_cores(), num_envs))
+    return max(w for w in range(multiple, cores + 1, multiple) if num_envs % w == 0)
 
 
 def stats_to_sums(stats: EpisodeStats):

@@ -91,8 +91,9 @@ import numpy as np
 
 from ..envs.native.batch import ResetResult, StepResult
 from .base import VectorBase
-from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, merge_sums,
-                     resolve_seed, stats_to_sums, warn_if_oversubscribed)
+from .common import (BUFFER_NAMES, Buffers, EpisodeStats, available_cores, check_count,
+                     merge_sums, resolve_seed, slice_buffers, stats_to_sums,
+                     warn_if_oversubscribed)
 from .lifetime import die_with_parent, watch_parent
 from .recipe import EnvRecipe
 
@@ -846,6 +847,37 @@ class Multiprocessing(VectorBase):
                                          "masks")}
         return self._gather
 
+    # ---- fixed groups of workers (the trainer's vec.split) ----------------------------------
+    def worker_groups(self, count: int) -> list["WorkerGroup"]:
+        """The workers as `count` groups of consecutive workers (rows in order), each
+        stepped on its own with `WorkerGroup.start` / `finish` while the caller works:
+        unlike send/recv, the caller names which group it waits for, so the order of
+        a run's steps never depends on which processes finish first."""
+        count = check_count("count", count)
+        if self.num_workers % count:
+            raise ValueError(f"{count} groups need a number of workers divisible by {count}, "
+                             f"this env has num_workers={self.num_workers}")
+        size = self.num_workers // count
+        return [WorkerGroup(self, range(g * size, (g + 1) * size)) for g in range(count)]
+
+    def _start_group(self, workers: range) -> None:
+        """Starts a step of `workers` (their rows of `self.actions` already written)."""
+        self._ensure_open()
+        if self._unsettled:
+            self._settle(include_async=False)
+        self._inflight.extend(workers)   # first: an interrupted loop below loses nothing
+        for worker in workers:
+            handle = self._workers[worker]
+            handle.flag[0] = STEP
+            handle.wake.release()
+
+    def _finish_group(self, workers: range) -> None:
+        """Waits for the step `_start_group` started (WorkerError / WorkerDiedError)."""
+        try:
+            self._wait(list(workers))
+        finally:
+            self._inflight = [w for w in self._inflight if w not in workers]
+
     # ---- statistics and lifetime ---------------------------------------------------------
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return merge_sums(self._message_all(("stats", bool(clear))))
@@ -887,6 +919,39 @@ class Multiprocessing(VectorBase):
         finalizer = getattr(self, "_finalizer", None)
         if finalizer is not None:
             finalizer()
+
+
+class WorkerGroup:
+    """Consecutive workers of a Multiprocessing env and their rows, stepped as one
+    batch of their own (`Multiprocessing.worker_groups`): the buffers are views of
+    the env's shared ones (rows [begin, end)), `start(actions)` checks and writes the
+    group's actions and sets its workers stepping, `finish()` waits for them. A
+    group's step and another group's overlap; everything else (reset, statistics,
+    state) goes through the env, which first waits for any step in flight."""
+
+    def __init__(self, env: Multiprocessing, workers: range):
+        self.env, self.workers = env, workers
+        self.begin = workers.start * env.rows_per_worker
+        self.end = workers.stop * env.rows_per_worker
+        self.num_agents = self.end - self.begin
+        self.single_observation_space = env.single_observation_space
+        self.single_action_space = env.single_action_space
+        for name, view in slice_buffers(env.buffers, self.begin, self.end).items():
+            setattr(self, name, view)
+
+    def start(self, actions: np.ndarray) -> None:
+        """Writes `actions` (this group's rows) and starts the group's step."""
+        if not _same_memory(actions, self.actions):
+            self.env._check_actions(actions, self.num_agents)
+            self.actions[...] = actions
+        self.env._start_group(self.workers)
+
+    def finish(self) -> None:
+        """Waits until the group's step is done (its buffers then hold its output)."""
+        self.env._finish_group(self.workers)
+
+    def __repr__(self):
+        return f"<WorkerGroup workers {self.workers.start}..{self.workers.stop - 1} of {self.env!r}>"
 
 
 def _same_memory(array, target: np.ndarray) -> bool:
