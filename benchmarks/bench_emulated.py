@@ -77,7 +77,7 @@ ZOO_PPO = {
                         n_timesteps=1_000_000,
                         hyperparams=dict(n_steps=1024, batch_size=64, gae_lambda=0.98,
                                          gamma=0.999, n_epochs=4, ent_coef=0.01)),
-    # HalfCheetah-v3 (the zoo's MuJoCo entry; run here on v5): normalize: true, n_envs 1,
+    # HalfCheetah-v4 (rl_zoo3 2.9.2's MuJoCo entry; run here on v5): normalize: true, n_envs 1,
     # n_timesteps 1e6, batch_size 64, n_steps 512, gamma 0.98, learning_rate 2.0633e-05,
     # ent_coef 0.000401762, clip_range 0.1, n_epochs 20, gae_lambda 0.92, max_grad_norm 0.8,
     # vf_coef 0.58096, policy_kwargs: log_std_init -2, ortho_init False, ReLU,
@@ -90,9 +90,21 @@ ZOO_PPO = {
                                          max_grad_norm=0.8, vf_coef=0.58096),
                         policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation="relu",
                                            net_arch=dict(pi=[256, 256], vf=[256, 256]))),
+    # Hopper-v4 (run here on v5): normalize: true, n_envs 1, n_timesteps 1e6, batch_size 32,
+    # n_steps 512, gamma 0.999, learning_rate 9.80828e-05, ent_coef 0.00229519,
+    # clip_range 0.2, n_epochs 5, gae_lambda 0.99, max_grad_norm 0.7, vf_coef 0.835671,
+    # policy_kwargs as HalfCheetah's
+    "hopper": dict(env_id="Hopper-v5", normalize=True, n_envs=1, n_timesteps=1_000_000,
+                   hyperparams=dict(batch_size=32, n_steps=512, gamma=0.999,
+                                    learning_rate=9.80828e-05, ent_coef=0.00229519,
+                                    clip_range=0.2, n_epochs=5, gae_lambda=0.99,
+                                    max_grad_norm=0.7, vf_coef=0.835671),
+                   policy_kwargs=dict(log_std_init=-2, ortho_init=False, activation="relu",
+                                      net_arch=dict(pi=[256, 256], vf=[256, 256]))),
 }
-# HalfCheetah has no threshold: the comparison is with SB3's median (never "reached").
-TARGETS = {"lunarlander": 200.0, "acrobot": -100.0, "halfcheetah": float("inf")}
+# The MuJoCo envs have no threshold: the comparison is with SB3's median (never "reached").
+TARGETS = {"lunarlander": 200.0, "acrobot": -100.0, "halfcheetah": float("inf"),
+           "hopper": float("inf")}
 TARGET_WINDOW = 100          # episodes in the training curve's moving mean
 EVAL_SEED = 1000             # eval episodes use seeds 1000.. (never a training seed)
 
@@ -123,9 +135,10 @@ def gym_factory(env_id: str, kwargs: dict, wrappers: list):
 # speed
 # =============================================================================================
 
-def peregrine_train_sps(setup: dict, seed: int, run_dir: Path) -> dict:
+def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, split: int = 1) -> dict:
     """Training SPS of Peregrine over `measure_updates` updates after `warmup_updates`,
-    from metrics.jsonl (global_step and elapsed of the update records)."""
+    from metrics.jsonl (global_step and elapsed of the update records); `split` is
+    vec.split (2: the two workers as halves stepped beside each other's forward)."""
     from peregrine.train.config import load_config
     from peregrine.train.run import train
     batch = setup["num_envs"] * setup["horizon"]
@@ -133,7 +146,7 @@ def peregrine_train_sps(setup: dict, seed: int, run_dir: Path) -> dict:
     overrides = [
         ("env.wrappers", setup["wrappers"]),
         ("vec.backend", "multiprocessing"), ("vec.num_envs", setup["num_envs"]),
-        ("vec.num_workers", 2),
+        ("vec.num_workers", 2), ("vec.split", split),
         ("train.total_steps", batch * updates), ("train.horizon", setup["horizon"]),
         ("train.minibatch_size", setup["minibatch"]), ("train.update_epochs", setup["epochs"]),
         ("train.learning_rate", 3e-4), ("train.anneal_lr", False),
@@ -293,14 +306,17 @@ def cmd_speed(args) -> None:
                 setup["num_envs"] = args.num_envs
             result["settings"][key] = {k: v for k, v in setup.items()}
             result["settings"][key]["env_only_num_envs"] = args.env_num_envs
-            windows = {"peregrine": [], "sb3": []}
+            libs = ["peregrine", "sb3"] + (["peregrine_split"] if args.split else [])
+            windows = {lib: [] for lib in libs}
             for window in range(args.windows):
-                for lib in (("peregrine", "sb3") if window % 2 == 0 else ("sb3", "peregrine")):
+                for lib in (libs if window % 2 == 0 else libs[::-1]):
                     if args.skip_train:
                         continue
-                    if lib == "peregrine":
+                    if lib.startswith("peregrine"):
+                        split = 2 if lib == "peregrine_split" else 1
                         got = recorded(f"[train] {key} window {window} {lib}", lambda: (
-                            peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}")))
+                            peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}",
+                                                split)))
                     else:
                         got = recorded(f"[train] {key} window {window} {lib}",
                                        lambda: sb3_train_sps(setup, window))
@@ -316,13 +332,14 @@ def cmd_speed(args) -> None:
                        "gym_async": lambda: gymnasium_env_sps(setup, n, steps, True),
                        "gym_sync": lambda: gymnasium_env_sps(setup, n, steps, False),
                        "pufferlib_mp": lambda: pufferlib_env_sps(setup, n, steps)}
-            for window in range(args.windows):
+            for window in range(0 if args.skip_env_only else args.windows):
                 order = backends if window % 2 == 0 else backends[::-1]
                 for backend in order:
                     env_windows[backend].append(recorded(
                         f"[env] {key} window {window} {backend}",
                         lambda: {"sps": measure[backend]()}))
-            result["env_only"][key] = summarize_windows(env_windows)
+            if not args.skip_env_only:
+                result["env_only"][key] = summarize_windows(env_windows)
             write_json(args.out, result)       # partial results survive
     result["loadavg_at_end"] = os.getloadavg()
     write_json(args.out, result)
@@ -369,6 +386,10 @@ def speed_markdown(result: dict) -> str:
         policy = "Nature CNN" if s["cnn"] else f"MLP {s['hidden']}x{s['layers']} tanh"
         lines.append(f"| {s['env_id']} | {s['num_envs']} | {s['horizon']} | {s['minibatch']} | "
                      f"{s['epochs']} | {policy} | {fmt(pg)} | {fmt(sb)} | {ratio(pg, sb)} |")
+        if "peregrine_split" in row:
+            both = row["peregrine_split"]["best_sps"]
+            lines.append(f"| (vec.split 2) | | | | | | {fmt(both)} | | {ratio(both, sb)}; "
+                         f"split / no split {ratio(both, pg)} |")
     lines += ["", "### Env-only SPS, random actions (best of %d windows)" % result["windows"], ""]
     backends = sorted({b for row in result["env_only"].values() for b in row},
                       key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp"].index)
@@ -645,6 +666,9 @@ def main(argv=None) -> None:
                        help="training envs for both libraries (default: each setup's 4)")
     speed.add_argument("--no-puffer", action="store_true")
     speed.add_argument("--skip-train", action="store_true")
+    speed.add_argument("--skip-env-only", action="store_true")
+    speed.add_argument("--split", action="store_true",
+                       help="also train Peregrine with vec.split 2 (its two workers as halves)")
     speed.set_defaults(func=cmd_speed)
     learn = sub.add_parser("learn", help="learning curves and final returns")
     learn.add_argument("--env", required=True, choices=sorted(ZOO_PPO))

@@ -284,6 +284,50 @@ def test_env_steps_run_beside_the_forward():
         trainer.close()
 
 
+def test_worker_groups_step_beside_the_other_halfs_forward():
+    """With worker groups, every forward after the first step runs while the other
+    half's worker is stepping (started, not yet waited for)."""
+    trainer = Trainer(split_config("processes"))
+    halves, env = trainer.collector.halves, trainer.env
+    heads, calls = trainer.policy.heads, []
+
+    def watched_heads(observations, *args):
+        calls.append((observations.shape[0], sorted(env._inflight)))
+        return heads(observations, *args)
+    trainer.policy.heads = watched_heads
+    try:
+        trainer.collect()
+        rollout = calls[:2 * trainer.horizon]       # then the last value's forward
+        assert len(rollout) == 2 * trainer.horizon
+        for index, (rows, in_flight) in enumerate(rollout[1:], start=1):
+            other = halves[(index + 1) % 2].stepper.group.workers
+            assert rows == halves[index % 2].end - halves[index % 2].begin
+            assert in_flight == list(other)
+    finally:
+        trainer.close()
+
+
+def test_worker_groups_reproduce_the_unsplit_run():
+    """On the multiprocessing backend the halves are the same envs the unsplit batch
+    steps, and the sampling draws of half 0 then half 1 are the batch's draws in row
+    order: vec.split 2 is the vec.split 1 run, bit for bit (LSTM policy, episodes
+    truncated inside the rollout)."""
+    runs = []
+    for split in (1, 2):
+        trainer = Trainer(split_config("lstm", ("vec.backend", "multiprocessing"),
+                                       ("vec.num_workers", 2), ("vec.split", split)))
+        try:
+            assert isinstance(trainer.collector, collect.SplitCollector) == (split == 2)
+            runs.append((run_updates(trainer, 3), parameters(trainer),
+                         trainer.storage.rewards.clone()))
+        finally:
+            trainer.close()
+    (losses, weights, rewards), (split_losses, split_weights, split_rewards) = runs
+    assert split_losses == losses
+    assert all(torch.equal(a, b) for a, b in zip(weights, split_weights))
+    assert torch.equal(rewards, split_rewards)
+
+
 def test_an_emulated_env_splits_into_worker_groups_with_shared_normalisers():
     """A Gymnasium env (Multiprocessing, two workers) split in two groups of workers:
     each half steps its own worker, the halves share one observation normaliser and

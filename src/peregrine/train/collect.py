@@ -42,13 +42,17 @@ copies are done. On a CPU learner the pipelines read the env's buffers
 directly (`DirectRows`). Pinned memory and CUDA events are used only when the
 device is CUDA.
 
-Seeding and determinism: the blocks are seeded as `vector.Serial` with two
+Seeding and determinism: native blocks are seeded as `vector.Serial` with two
 workers seeds them (block b: seed + b*phi, `vector.common.unit_seed`), stream
 re-derivation and per-instance state go through that batch, and the sampling
 generator is drawn half 0 then half 1 at every step, whatever the threads'
-timing: a seed gives the same run twice. It does not reproduce vec.split = 1's
-numbers: the second half's instances run other random streams, and the
-generator's draws are cut differently.
+timing: a seed gives the same run twice. Native blocks do not reproduce
+vec.split = 1's numbers: the second half's instances run other random streams
+than one native batch's, and the generator's draws are cut differently (which
+matters where a draw's numbers depend on its size). Worker groups are the
+unsplit batch's own workers, so where the draws do not depend on the cut
+(CartPole's Discrete actions, tested) the split run is the unsplit one; the
+normalisers, updated half by half, make it differ slightly.
 
 Time split: `env` is the seconds this thread WAITED for a half's env step (the
 part of the env's work not hidden behind the other half's forward);

@@ -48,7 +48,7 @@ def make_env(config, seed: int | None = None, device=None):
         return make(config.env_name, num_envs=vec.num_envs, seed=seed,
                     num_threads=vec.num_threads, device=device or "cpu", **kwargs)
     from .. import vector
-    if vec.split > 1:   # config validation: backend native, num_envs divisible by split
+    if vec.split > 1 and vec.backend == "native":   # validated: num_envs divisible by split
         return vector.make(config.env_name, backend="serial", num_envs=vec.num_envs,
                            num_workers=vec.split, num_threads=vec.num_threads, seed=seed,
                            **kwargs)
