@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -95,7 +96,8 @@ def test_a_loaded_env_meets_the_contract_and_crosses_processes(cache, cartpole_c
 
 def test_a_syntax_error_comes_back_as_file_and_line(cache, cartpole_copy):
     lines = cartpole_copy.read_text().splitlines()
-    broken = next(i for i, line in enumerate(lines) if "env->gravity = (float)config[1];" in line)
+    broken = next(i for i, line in enumerate(lines)
+                  if "env->gravity = (float)config[CFG_gravity];" in line)
     lines[broken] = lines[broken].replace(";", "")         # a missing semicolon
     cartpole_copy.write_text("\n".join(lines) + "\n")
     with pytest.raises(sdk.NativeBuildError) as caught:
@@ -225,3 +227,22 @@ def test_a_loaded_envs_renderer_reaches_the_gymnasium_export(cache, cartpole_cop
     env.reset(seed=0)
     assert env.metadata["render_fps"] == 50 and len(env.render()) == 2
     env.close()
+
+
+def test_headers_read_config_fields_by_name():
+    """Every built-in header and the scaffold's templates read a config field as
+    config[CFG_<name>] (or through a table of CFG_ names), never by position."""
+    sources = sorted((ROOT / "src/peregrine/envs").glob("*/*.h"))
+    sources += sorted((ROOT / "src/peregrine/cli/templates").glob("*.h.tmpl"))
+    checked = 0
+    for source in sources:
+        text = source.read_text()
+        if "#define ENV_CONFIG(X)" not in text:
+            continue
+        assert "enum { ENV_CONFIG(PG_CONFIG_INDEX)" in text, source
+        # env_init and its helpers take the config as `const double *NAME, char *err`
+        for name in set(re.findall(r"const double \*(\w+), char \*err", text)):
+            for index in re.findall(rf"\b{name}\[(\w+\[\w+\]|[^\]]*)\]", text):
+                assert re.fullmatch(r"CFG_\w+|\w+\[\w+\]", index), (source, name, index)
+                checked += 1
+    assert checked >= 100   # the six built-in envs' reads at least

@@ -35,6 +35,8 @@
     X(x_threshold, 2.4, 1e-6, 1e6, 0)                \
     X(theta_threshold, 0.20943951023931956, 1e-6, 3.14159, 0)
 
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_max_steps, CFG_gravity, ... */
+
 #define ENV_STATS(X) X(episode_return) X(episode_length)
 
 struct Env {
@@ -53,15 +55,15 @@ typedef struct Env Env;
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     (void)err;
     (void)errlen;
-    env->max_steps = (int)config[0];
-    env->gravity = (float)config[1];
-    float masscart = (float)config[2];
-    env->masspole = (float)config[3];
-    env->length = (float)config[4];
-    env->force_mag = (float)config[5];
-    env->tau = (float)config[6];
-    env->x_threshold = (float)config[7];
-    env->theta_threshold = (float)config[8];
+    env->max_steps = (int)config[CFG_max_steps];
+    env->gravity = (float)config[CFG_gravity];
+    float masscart = (float)config[CFG_masscart];
+    env->masspole = (float)config[CFG_masspole];
+    env->length = (float)config[CFG_length];
+    env->force_mag = (float)config[CFG_force_mag];
+    env->tau = (float)config[CFG_tau];
+    env->x_threshold = (float)config[CFG_x_threshold];
+    env->theta_threshold = (float)config[CFG_theta_threshold];
     env->total_mass = env->masspole + masscart;
     env->polemass_length = env->masspole * env->length;
 

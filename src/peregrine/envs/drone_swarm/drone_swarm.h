@@ -70,9 +70,9 @@
 #define DS_STATE_VICTIM 6
 #define DS_STATE_OBSTACLE 5
 
-/* X(name, default, min, max, is_integer); mirrored by CONFIG_FIELDS in
- * __init__.py (a test checks they agree). -1 in base_x/base_y means the
- * centre, in spawn_radius the episode's r_comm, in a *_choice_k slot "unused". */
+/* X(name, default, min, max, is_integer); the only copy: __init__.py reads
+ * these rows from the built module (config_fields()). -1 in base_x/base_y means
+ * the centre, in spawn_radius the episode's r_comm, in a *_choice_k slot "unused". */
 #define ENV_CONFIG(X)                          \
     X(world_size, 100.0, 1.0, 1000.0, 0)       \
     X(n_drones, 8, 1, 64, 1)                   \
@@ -137,13 +137,7 @@
     X(episode_return) X(episode_length) X(delivered) X(confirmed) X(success)         \
     X(time_to_first_delivery) X(connected_fraction) X(explored_fraction)
 
-/* Config indices, in ENV_CONFIG order. */
-enum {
-#define DS_CONFIG_INDEX(name, def, lo, hi, is_int) DS_CFG_##name,
-    ENV_CONFIG(DS_CONFIG_INDEX)
-#undef DS_CONFIG_INDEX
-    DS_CFG_COUNT
-};
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_world_size, CFG_n_drones, ... */
 
 enum { DS_UNKNOWN = 0, DS_CONFIRMED = 1, DS_DELIVERED = 2 };
 
@@ -257,10 +251,16 @@ static int ds_fail(char *err, size_t errlen, const char *message) {
     return -1;
 }
 
+/* The four slots of each episode-choice list, by name. */
+static const int ds_t_confirm_choices[4] = {CFG_t_confirm_choice_0, CFG_t_confirm_choice_1,
+                                            CFG_t_confirm_choice_2, CFG_t_confirm_choice_3};
+static const int ds_m_deliver_choices[4] = {CFG_m_deliver_choice_0, CFG_m_deliver_choice_1,
+                                            CFG_m_deliver_choice_2, CFG_m_deliver_choice_3};
+
 /* Cross-field rules (the Python class checks the same with the same words). */
 static int ds_check_config(const double *c, char *err, size_t errlen) {
-    double size = c[DS_CFG_world_size];
-    double base[2] = {c[DS_CFG_base_x], c[DS_CFG_base_y]};
+    double size = c[CFG_world_size];
+    double base[2] = {c[CFG_base_x], c[CFG_base_y]};
     const char *base_names[2] = {"base_x", "base_y"};
     for (int a = 0; a < 2; a++) {
         if (base[a] == -1.0) base[a] = size / 2.0;
@@ -271,54 +271,54 @@ static int ds_check_config(const double *c, char *err, size_t errlen) {
             return -1;
         }
     }
-    if (!(c[DS_CFG_spawn_radius] == -1.0 || c[DS_CFG_spawn_radius] >= 0.0))
+    if (!(c[CFG_spawn_radius] == -1.0 || c[CFG_spawn_radius] >= 0.0))
         return ds_fail(err, errlen, "config field 'spawn_radius' must be -1 (= r_comm) or >= 0");
-    if (c[DS_CFG_victim_min_dist] > c[DS_CFG_victim_max_dist]) {
+    if (c[CFG_victim_min_dist] > c[CFG_victim_max_dist]) {
         snprintf(err, errlen, "config field 'victim_min_dist' = %g must be <= victim_max_dist = %g",
-                 c[DS_CFG_victim_min_dist], c[DS_CFG_victim_max_dist]);
+                 c[CFG_victim_min_dist], c[CFG_victim_max_dist]);
         return -1;
     }
     double far_x = base[0] > size - base[0] ? base[0] : size - base[0];
     double far_y = base[1] > size - base[1] ? base[1] : size - base[1];
     double farthest = sqrt(far_x * far_x + far_y * far_y);
-    if (c[DS_CFG_victim_min_dist] > farthest) {
+    if (c[CFG_victim_min_dist] > farthest) {
         snprintf(err, errlen,
                  "config field 'victim_min_dist' = %g puts the victim annulus outside the world: "
                  "the farthest point of the world is %g from the base",
-                 c[DS_CFG_victim_min_dist], farthest);
+                 c[CFG_victim_min_dist], farthest);
         return -1;
     }
-    double side = ceil(size / c[DS_CFG_cell_size]);
+    double side = ceil(size / c[CFG_cell_size]);
     if (side > DS_MAX_CELLS_PER_SIDE) {
         snprintf(err, errlen,
                  "config field 'cell_size' = %g gives %g cells per side for world_size %g; "
                  "at most %d allowed",
-                 c[DS_CFG_cell_size], side, size, DS_MAX_CELLS_PER_SIDE);
+                 c[CFG_cell_size], side, size, DS_MAX_CELLS_PER_SIDE);
         return -1;
     }
-    if (c[DS_CFG_r_comm_min] > c[DS_CFG_r_comm_max])
+    if (c[CFG_r_comm_min] > c[CFG_r_comm_max])
         return ds_fail(err, errlen, "config field 'r_comm_min' must be <= r_comm_max");
-    if (c[DS_CFG_p_comm_drop_min] > c[DS_CFG_p_comm_drop_max])
+    if (c[CFG_p_comm_drop_min] > c[CFG_p_comm_drop_max])
         return ds_fail(err, errlen, "config field 'p_comm_drop_min' must be <= p_comm_drop_max");
-    if (c[DS_CFG_n_obstacles] > 0) {
-        if (c[DS_CFG_obstacle_min_size] > c[DS_CFG_obstacle_max_size]) {
+    if (c[CFG_n_obstacles] > 0) {
+        if (c[CFG_obstacle_min_size] > c[CFG_obstacle_max_size]) {
             snprintf(err, errlen,
                      "config field 'obstacle_min_size' = %g must be <= obstacle_max_size = %g",
-                     c[DS_CFG_obstacle_min_size], c[DS_CFG_obstacle_max_size]);
+                     c[CFG_obstacle_min_size], c[CFG_obstacle_max_size]);
             return -1;
         }
-        if (c[DS_CFG_obstacle_max_size] + 2.0 * c[DS_CFG_obstacle_margin] > size) {
+        if (c[CFG_obstacle_max_size] + 2.0 * c[CFG_obstacle_margin] > size) {
             snprintf(err, errlen,
                      "config field 'obstacle_max_size' = %g plus twice obstacle_margin = %g "
                      "must fit in world_size = %g",
-                     c[DS_CFG_obstacle_max_size], c[DS_CFG_obstacle_margin], size);
+                     c[CFG_obstacle_max_size], c[CFG_obstacle_margin], size);
             return -1;
         }
     }
     const char *t_names[4] = {"t_confirm_choice_0", "t_confirm_choice_1", "t_confirm_choice_2",
                               "t_confirm_choice_3"};
     for (int i = 0; i < 4; i++) {
-        if (c[DS_CFG_t_confirm_choice_0 + i] == 0.0) {
+        if (c[ds_t_confirm_choices[i]] == 0.0) {
             snprintf(err, errlen, "config field '%s' = 0 must be -1 (unused) or >= 1", t_names[i]);
             return -1;
         }
@@ -336,66 +336,66 @@ static int ds_check_config(const double *c, char *err, size_t errlen) {
 
 static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     if (ds_check_config(c, err, errlen) != 0) return -1;
-    env->n = (int)c[DS_CFG_n_drones];
-    env->m = (int)c[DS_CFG_n_victims];
-    env->k = (int)c[DS_CFG_obs_n_nearest];
-    env->n_obstacles = (int)c[DS_CFG_n_obstacles];
-    env->k_obstacles = (int)c[DS_CFG_obs_n_obstacles];
-    env->report = (int)c[DS_CFG_obs_report];
-    env->network = (int)c[DS_CFG_obs_network];
-    env->drone_id = (int)c[DS_CFG_obs_drone_id];
+    env->n = (int)c[CFG_n_drones];
+    env->m = (int)c[CFG_n_victims];
+    env->k = (int)c[CFG_obs_n_nearest];
+    env->n_obstacles = (int)c[CFG_n_obstacles];
+    env->k_obstacles = (int)c[CFG_obs_n_obstacles];
+    env->report = (int)c[CFG_obs_report];
+    env->network = (int)c[CFG_obs_network];
+    env->drone_id = (int)c[CFG_obs_drone_id];
     env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report + 3 * env->network +
                    env->drone_id;
-    env->obstacle_min_size = (float)c[DS_CFG_obstacle_min_size];
-    env->obstacle_max_size = (float)c[DS_CFG_obstacle_max_size];
-    env->obstacle_margin = (float)c[DS_CFG_obstacle_margin];
-    env->obstacle_clearance = (float)c[DS_CFG_obstacle_base_clearance];
-    env->obstacle_separation = (float)c[DS_CFG_obstacle_separation];
-    env->max_steps = (int)c[DS_CFG_max_steps];
-    env->randomise = (int)c[DS_CFG_randomise];
-    env->divide_found = (int)c[DS_CFG_r_found_divide_by_n];
-    env->t_confirm = (int)c[DS_CFG_t_confirm];
-    env->m_deliver = (int)c[DS_CFG_m_deliver];
+    env->obstacle_min_size = (float)c[CFG_obstacle_min_size];
+    env->obstacle_max_size = (float)c[CFG_obstacle_max_size];
+    env->obstacle_margin = (float)c[CFG_obstacle_margin];
+    env->obstacle_clearance = (float)c[CFG_obstacle_base_clearance];
+    env->obstacle_separation = (float)c[CFG_obstacle_separation];
+    env->max_steps = (int)c[CFG_max_steps];
+    env->randomise = (int)c[CFG_randomise];
+    env->divide_found = (int)c[CFG_r_found_divide_by_n];
+    env->t_confirm = (int)c[CFG_t_confirm];
+    env->m_deliver = (int)c[CFG_m_deliver];
     env->num_t_choices = env->num_m_choices = 0;
     for (int i = 0; i < 4; i++) {
-        int t = (int)c[DS_CFG_t_confirm_choice_0 + i], md = (int)c[DS_CFG_m_deliver_choice_0 + i];
+        int t = (int)c[ds_t_confirm_choices[i]], md = (int)c[ds_m_deliver_choices[i]];
         if (t != -1) env->t_choices[env->num_t_choices++] = t;
         if (md != -1) env->m_choices[env->num_m_choices++] = md;
     }
-    double size = c[DS_CFG_world_size];
+    double size = c[CFG_world_size];
     env->world_size = (float)size;
-    env->base_x = (float)(c[DS_CFG_base_x] == -1.0 ? size / 2.0 : c[DS_CFG_base_x]);
-    env->base_y = (float)(c[DS_CFG_base_y] == -1.0 ? size / 2.0 : c[DS_CFG_base_y]);
-    env->r_comm = (float)c[DS_CFG_r_comm];
-    env->r_sense = (float)c[DS_CFG_r_sense];
-    env->r_confirm_radius = (float)c[DS_CFG_r_confirm_radius];
-    env->v_max = (float)c[DS_CFG_v_max];
-    env->dt = (float)c[DS_CFG_dt];
-    env->c_idle = (float)c[DS_CFG_c_idle];
-    env->c_move = (float)c[DS_CFG_c_move];
-    env->c_scan = (float)c[DS_CFG_c_scan];
-    env->spawn_radius = (float)c[DS_CFG_spawn_radius];
-    env->victim_min_dist = (float)c[DS_CFG_victim_min_dist];
-    env->victim_max_dist = (float)c[DS_CFG_victim_max_dist];
-    env->detect_prob_scale = (float)c[DS_CFG_detect_prob_scale];
-    env->cell_size = (float)c[DS_CFG_cell_size];
-    env->r_time = (float)c[DS_CFG_r_time];
-    env->c_energy = (float)c[DS_CFG_c_energy];
-    env->r_found = (float)c[DS_CFG_r_found];
-    env->r_confirm = (float)c[DS_CFG_r_confirm];
-    env->r_explore = (float)c[DS_CFG_r_explore];
-    env->r_scan_near = (float)c[DS_CFG_r_scan_near];
-    env->r_dispersion = (float)c[DS_CFG_r_dispersion];
-    env->min_drone_separation = (float)c[DS_CFG_min_drone_separation];
-    env->r_connect = (float)c[DS_CFG_r_connect];
-    env->r_deliver_owner = (float)c[DS_CFG_r_deliver_owner];
-    env->r_report_lost = (float)c[DS_CFG_r_report_lost];
-    env->p_comm_drop = (float)c[DS_CFG_p_comm_drop];
-    env->r_comm_min = (float)c[DS_CFG_r_comm_min];
-    env->r_comm_max = (float)c[DS_CFG_r_comm_max];
-    env->p_comm_drop_min = (float)c[DS_CFG_p_comm_drop_min];
-    env->p_comm_drop_max = (float)c[DS_CFG_p_comm_drop_max];
-    int side = (int)ceil(size / c[DS_CFG_cell_size]);
+    env->base_x = (float)(c[CFG_base_x] == -1.0 ? size / 2.0 : c[CFG_base_x]);
+    env->base_y = (float)(c[CFG_base_y] == -1.0 ? size / 2.0 : c[CFG_base_y]);
+    env->r_comm = (float)c[CFG_r_comm];
+    env->r_sense = (float)c[CFG_r_sense];
+    env->r_confirm_radius = (float)c[CFG_r_confirm_radius];
+    env->v_max = (float)c[CFG_v_max];
+    env->dt = (float)c[CFG_dt];
+    env->c_idle = (float)c[CFG_c_idle];
+    env->c_move = (float)c[CFG_c_move];
+    env->c_scan = (float)c[CFG_c_scan];
+    env->spawn_radius = (float)c[CFG_spawn_radius];
+    env->victim_min_dist = (float)c[CFG_victim_min_dist];
+    env->victim_max_dist = (float)c[CFG_victim_max_dist];
+    env->detect_prob_scale = (float)c[CFG_detect_prob_scale];
+    env->cell_size = (float)c[CFG_cell_size];
+    env->r_time = (float)c[CFG_r_time];
+    env->c_energy = (float)c[CFG_c_energy];
+    env->r_found = (float)c[CFG_r_found];
+    env->r_confirm = (float)c[CFG_r_confirm];
+    env->r_explore = (float)c[CFG_r_explore];
+    env->r_scan_near = (float)c[CFG_r_scan_near];
+    env->r_dispersion = (float)c[CFG_r_dispersion];
+    env->min_drone_separation = (float)c[CFG_min_drone_separation];
+    env->r_connect = (float)c[CFG_r_connect];
+    env->r_deliver_owner = (float)c[CFG_r_deliver_owner];
+    env->r_report_lost = (float)c[CFG_r_report_lost];
+    env->p_comm_drop = (float)c[CFG_p_comm_drop];
+    env->r_comm_min = (float)c[CFG_r_comm_min];
+    env->r_comm_max = (float)c[CFG_r_comm_max];
+    env->p_comm_drop_min = (float)c[CFG_p_comm_drop_min];
+    env->p_comm_drop_max = (float)c[CFG_p_comm_drop_max];
+    int side = (int)ceil(size / c[CFG_cell_size]);
     env->cells_per_side = side < 1 ? 1 : side;
     env->cells = env->cells_per_side * env->cells_per_side;
     env->words64 = (env->cells + 63) / 64;

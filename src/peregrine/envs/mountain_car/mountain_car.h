@@ -34,6 +34,8 @@
     X(gravity, 0.0025, 0, 1, 0)                \
     X(max_speed, 0.07, 1e-6, 1, 0)
 
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_max_steps, CFG_goal_position, ... */
+
 struct Env {
     PgBatch pg;
     /* constants, in float32 as the step uses them */
@@ -45,12 +47,12 @@ typedef struct Env Env;
 
 #ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
-    env->max_steps = (int)config[0];
-    env->goal_position = (float)config[1];
-    env->goal_velocity = (float)config[2];
-    env->force = (float)config[3];
-    env->gravity = (float)config[4];
-    env->max_speed = (float)config[5];
+    env->max_steps = (int)config[CFG_max_steps];
+    env->goal_position = (float)config[CFG_goal_position];
+    env->goal_velocity = (float)config[CFG_goal_velocity];
+    env->force = (float)config[CFG_force];
+    env->gravity = (float)config[CFG_gravity];
+    env->max_speed = (float)config[CFG_max_speed];
 
     PgBatch *pg = &env->pg;
     pg->obs_dim = 2;

@@ -45,6 +45,8 @@
     X(goal_reward, 100.0, -1e6, 1e6, 0)        \
     X(action_cost, 0.1, 0, 1e3, 0)
 
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_max_steps, CFG_goal_position, ... */
+
 #define MOUNTAIN_CAR_MAX_ACTION_SQUARED 1e12f /* the action cost saturates here */
 
 struct Env {
@@ -60,14 +62,14 @@ typedef struct Env Env;
 
 #ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
-    env->max_steps = (int)config[0];
-    env->goal_position = (float)config[1];
-    env->goal_velocity = (float)config[2];
-    env->power = (float)config[3];
-    env->gravity = (float)config[4];
-    env->max_speed = (float)config[5];
-    env->goal_reward = (float)config[6];
-    env->action_cost = (float)config[7];
+    env->max_steps = (int)config[CFG_max_steps];
+    env->goal_position = (float)config[CFG_goal_position];
+    env->goal_velocity = (float)config[CFG_goal_velocity];
+    env->power = (float)config[CFG_power];
+    env->gravity = (float)config[CFG_gravity];
+    env->max_speed = (float)config[CFG_max_speed];
+    env->goal_reward = (float)config[CFG_goal_reward];
+    env->action_cost = (float)config[CFG_action_cost];
 
     PgBatch *pg = &env->pg;
     pg->obs_dim = 2;

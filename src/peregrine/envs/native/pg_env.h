@@ -15,7 +15,8 @@
  *   #define ENV_CONFIG(X) X(name, default, min, max, is_integer) ...
  *       Every configuration field, a double in Python's config array in this
  *       order. The binding refuses values outside [min, max] or non-integers
- *       for integer fields, naming the field. Cross-field rules go in env_init.
+ *       for integer fields, naming the field. Cross-field rules go in env_init,
+ *       which reads each field by name, config[CFG_<name>] (PG_CONFIG_INDEX).
  *   #define ENV_STATS(X) X(name) ...
  *       Episode statistics. env_step calls pg_stats_record() once per finished
  *       episode with one value per statistic, in this order.

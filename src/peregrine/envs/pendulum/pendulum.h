@@ -44,6 +44,8 @@
     X(max_speed, 8.0, 1e-3, 1e3, 0)   \
     X(max_torque, 2.0, 0, 1e3, 0)
 
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_max_steps, CFG_gravity, ... */
+
 #define ENV_STATS(X) X(episode_return) X(episode_length)
 
 struct Env {
@@ -73,13 +75,13 @@ PG_DEVICE static inline float pendulum_wrap_angle(float angle) {
 
 #ifndef PG_GPU /* host only: config checks and allocation (the GPU batch's Env is built on the host) */
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
-    env->max_steps = (int)config[0];
-    double gravity = config[1], mass = config[2], length = config[3];
+    env->max_steps = (int)config[CFG_max_steps];
+    double gravity = config[CFG_gravity], mass = config[CFG_mass], length = config[CFG_length];
     env->gravity_term = (float)(3.0 * gravity / (2.0 * length));
     env->torque_term = (float)(3.0 / (mass * length * length));
-    env->dt = (float)config[4];
-    env->max_speed = (float)config[5];
-    env->max_torque = (float)config[6];
+    env->dt = (float)config[CFG_dt];
+    env->max_speed = (float)config[CFG_max_speed];
+    env->max_torque = (float)config[CFG_max_torque];
 
     PgBatch *pg = &env->pg;
     pg->obs_dim = 3;

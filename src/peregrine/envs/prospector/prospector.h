@@ -130,6 +130,8 @@ PG_GPU_STACK(64, "nearest asteroid per ore type, indexed by ore at run time")
     X(death_penalty, 1, 0, 1e6, 0)              \
     X(cargo_shaping, 0, 0, 10, 0)
 
+enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_max_steps, CFG_world_size, ... */
+
 #define ENV_STATS(X)                                                                   \
     X(episode_return) X(episode_length) X(ore_mined) X(ore_sold) X(credits) X(destroyed) \
     X(out_of_fuel) X(invalid_actions) X(upgrades)
@@ -197,28 +199,30 @@ static float pr_inverse(float value) {
 }
 
 static int env_init(Env *env, const double *config, char *err, size_t errlen) {
-    int c = 0;
-    env->max_steps = (int)config[c++];
-    env->world = (float)config[c++];
-    env->start_credits = (float)config[c++];
-    env->fuel_capacity = (float)config[c++];
-    env->hull_max = (float)config[c++];
-    env->thrust_accel = (float)config[c++];
-    float boost_factor = (float)config[c++];
+    env->max_steps = (int)config[CFG_max_steps];
+    env->world = (float)config[CFG_world_size];
+    env->start_credits = (float)config[CFG_start_credits];
+    env->fuel_capacity = (float)config[CFG_fuel_capacity];
+    env->hull_max = (float)config[CFG_hull_max];
+    env->thrust_accel = (float)config[CFG_thrust_accel];
+    float boost_factor = (float)config[CFG_boost_factor];
     env->boost_accel = env->thrust_accel * boost_factor;
-    env->max_speed = (float)config[c++];
-    env->drag = (float)config[c++];
-    env->brake_factor = (float)config[c++];
-    env->thrust_fuel = (float)config[c++];
-    env->boost_fuel = (float)config[c++];
-    env->idle_fuel = (float)config[c++];
-    env->scan_fuel = (float)config[c++];
-    env->wide_scan_fuel = (float)config[c++];
-    env->mine_fuel = (float)config[c++];
-    float scan_range = (float)config[c++], wide_scan_range = (float)config[c++];
-    float mine_range = (float)config[c++], dock_range = (float)config[c++];
-    float dock_speed = (float)config[c++], collision_radius = (float)config[c++];
-    float safe_speed = (float)config[c++];
+    env->max_speed = (float)config[CFG_max_speed];
+    env->drag = (float)config[CFG_drag];
+    env->brake_factor = (float)config[CFG_brake_factor];
+    env->thrust_fuel = (float)config[CFG_thrust_fuel];
+    env->boost_fuel = (float)config[CFG_boost_fuel];
+    env->idle_fuel = (float)config[CFG_idle_fuel];
+    env->scan_fuel = (float)config[CFG_scan_fuel];
+    env->wide_scan_fuel = (float)config[CFG_wide_scan_fuel];
+    env->mine_fuel = (float)config[CFG_mine_fuel];
+    float scan_range = (float)config[CFG_scan_range];
+    float wide_scan_range = (float)config[CFG_wide_scan_range];
+    float mine_range = (float)config[CFG_mine_range];
+    float dock_range = (float)config[CFG_dock_range];
+    float dock_speed = (float)config[CFG_dock_speed];
+    float collision_radius = (float)config[CFG_collision_radius];
+    float safe_speed = (float)config[CFG_safe_speed];
     env->scan_range2 = scan_range * scan_range;
     env->wide_scan_range2 = wide_scan_range * wide_scan_range;
     env->mine_range2 = mine_range * mine_range;
@@ -226,31 +230,36 @@ static int env_init(Env *env, const double *config, char *err, size_t errlen) {
     env->dock_speed2 = dock_speed * dock_speed;
     env->collision_radius2 = collision_radius * collision_radius;
     env->safe_speed2 = safe_speed * safe_speed;
-    env->collision_damage = (float)config[c++];
-    env->storm_damage = (float)config[c++];
-    env->storm_radius_min = (float)config[c++];
-    env->storm_radius_max = (float)config[c++];
-    env->storm_speed = (float)config[c++];
-    env->hold_base = (float)config[c++];
-    env->hold_step = (float)config[c++];
-    env->drill_base = (float)config[c++];
-    env->drill_step = (float)config[c++];
-    env->shield_step = (float)config[c++];
-    env->upgrade_cost = (float)config[c++];
-    env->ore_min = (float)config[c++];
-    env->ore_max = (float)config[c++];
-    env->respawn_delay = (int)config[c++];
-    for (int k = 0; k < PR_ORES; k++) env->ore_price[k] = (float)config[c++];
-    env->station_spread = (float)config[c++];
-    env->price_reversion = (float)config[c++];
-    env->price_volatility = (float)config[c++];
-    float price_min_frac = (float)config[c++], price_max_frac = (float)config[c++];
-    env->sale_impact = (float)config[c++];
-    env->fuel_price = (float)config[c++];
-    env->repair_price = (float)config[c++];
-    env->reward_scale = (float)config[c++];
-    env->death_penalty = (float)config[c++];
-    env->cargo_shaping = (float)config[c++];
+    env->collision_damage = (float)config[CFG_collision_damage];
+    env->storm_damage = (float)config[CFG_storm_damage];
+    env->storm_radius_min = (float)config[CFG_storm_radius_min];
+    env->storm_radius_max = (float)config[CFG_storm_radius_max];
+    env->storm_speed = (float)config[CFG_storm_speed];
+    env->hold_base = (float)config[CFG_hold_base];
+    env->hold_step = (float)config[CFG_hold_step];
+    env->drill_base = (float)config[CFG_drill_base];
+    env->drill_step = (float)config[CFG_drill_step];
+    env->shield_step = (float)config[CFG_shield_step];
+    env->upgrade_cost = (float)config[CFG_upgrade_cost];
+    env->ore_min = (float)config[CFG_ore_min];
+    env->ore_max = (float)config[CFG_ore_max];
+    env->respawn_delay = (int)config[CFG_respawn_delay];
+    /* ore_price[k] in ore order: ice, iron, cobalt, platinum */
+    env->ore_price[0] = (float)config[CFG_price_ice];
+    env->ore_price[1] = (float)config[CFG_price_iron];
+    env->ore_price[2] = (float)config[CFG_price_cobalt];
+    env->ore_price[3] = (float)config[CFG_price_platinum];
+    env->station_spread = (float)config[CFG_station_spread];
+    env->price_reversion = (float)config[CFG_price_reversion];
+    env->price_volatility = (float)config[CFG_price_volatility];
+    float price_min_frac = (float)config[CFG_price_min_frac];
+    float price_max_frac = (float)config[CFG_price_max_frac];
+    env->sale_impact = (float)config[CFG_sale_impact];
+    env->fuel_price = (float)config[CFG_fuel_price];
+    env->repair_price = (float)config[CFG_repair_price];
+    env->reward_scale = (float)config[CFG_reward_scale];
+    env->death_penalty = (float)config[CFG_death_penalty];
+    env->cargo_shaping = (float)config[CFG_cargo_shaping];
 
     if (env->storm_radius_min > env->storm_radius_max) {
         snprintf(err, errlen, "config field 'storm_radius_min' = %g must be <= storm_radius_max = %g",
