@@ -141,3 +141,54 @@ def test_finite_floats_from_strings_are_accepted():
     config = load_config("cartpole", overrides=[("train.learning_rate", "3e-4"),
                                                 ("train.target_kl", "0.02")])
     assert math.isclose(config.train.learning_rate, 3e-4) and config.train.target_kl == 0.02
+
+
+# ---- the compatibility table ---------------------------------------------------------------
+
+def test_the_compatibility_table_names_only_real_features_and_each_pair_once():
+    """A name in INCOMPATIBLE that FEATURES does not define (or a runtime fact) would never
+    be present, so its rule would silently never fire; a pair written twice would be
+    two places deciding it."""
+    from peregrine.train.config import AN_ENV_OBJECT, FEATURES, INCOMPATIBLE, SEVERAL_RANKS
+    known = set(FEATURES) | {AN_ENV_OBJECT, SEVERAL_RANKS}
+    pairs = set()
+    for feature, others, why in INCOMPATIBLE:
+        assert feature in known and why
+        for other in others:
+            assert other in known and other != feature
+            pair = frozenset((feature, other))
+            assert pair not in pairs, f"{sorted(pair)} is decided twice"
+            pairs.add(pair)
+
+
+@pytest.mark.parametrize("facts, overrides, message", [
+    (dict(several_ranks=True), [("train.normalize_obs", True)],
+     r"^several ranks does not support train.normalize_obs yet \(the normalisers' statistics "
+     r"would differ between ranks\); turn those off or train in one process$"),
+    (dict(several_ranks=True), [("vec.split", 2)], "vec.split = 2 does not support several ranks"),
+    (dict(env_object=True), [("train.overlap", True)],
+     "train.overlap = true does not support an env object"),
+    (dict(teacher_object=True), [("train.compile", True)],
+     "train.compile = true does not support train.teacher"),
+    (dict(), [("policy.critic", "global"), ("vec.backend", "multiprocessing")],
+     "policy.critic = 'global' does not support vec.backend = 'multiprocessing'"),
+])
+def test_facts_outside_the_config_are_checked_by_the_same_table(facts, overrides, message):
+    from peregrine.train.config import check_features
+    env = "drone_swarm" if any(key == "policy.critic" for key, _ in overrides) else "cartpole"
+    if not facts:
+        with pytest.raises(ValueError, match=message):
+            load_config(env, overrides=overrides)
+        return
+    config = load_config(env, overrides=overrides)     # the config alone is fine
+    check_features(config)
+    with pytest.raises(ValueError, match=message):
+        check_features(config, **facts)
+
+
+def test_the_launcher_refuses_normalisers_on_several_ranks_before_starting_them():
+    from peregrine.train.distributed import auto_ranks
+    ranks, overrides, why = auto_ranks(load_config("cartpole", overrides=[
+        ("train.normalize_reward", True)]), cores=2)
+    assert (ranks, overrides) == (1, [])
+    assert why.startswith("one process: several ranks does not support train.normalize_reward")

@@ -382,8 +382,8 @@ def test_an_env_error_in_the_worker_reaches_the_trainer():
 
 @pytest.mark.parametrize("extra, message", [
     ([("vec.split", 3)], "vec.split must be 1 or 2, got 3"),
-    ([("vec.backend", "serial")], "vec.split = 2 needs vec.backend = 'native'"),
-    ([("vec.backend", "device")], "vec.split = 2 needs vec.backend = 'native'"),
+    ([("vec.backend", "serial")], "vec.split = 2 does not support vec.backend = 'serial'"),
+    ([("vec.backend", "device")], "vec.split = 2 does not support vec.backend = 'device'"),
     ([("vec.num_envs", 7)], r"vec.num_envs \(7\) must be divisible by vec.split \(2\)"),
     ([("train.overlap", True)], "vec.split = 2 does not support train.overlap"),
     ([("vec.backend", "multiprocessing"), ("vec.num_workers", 3), ("vec.num_envs", 6)],
@@ -399,15 +399,14 @@ def test_an_env_object_cannot_be_split():
     from peregrine import make
     env = make("cartpole", num_envs=8, seed=1)
     try:
-        with pytest.raises(ValueError, match="an env object passed to the Trainer cannot be "
-                                             "split"):
+        with pytest.raises(ValueError, match="vec.split = 2 does not support an env object"):
             Trainer(split_config(), env=env)
     finally:
         env.close()
 
 
 def test_a_teacher_object_is_refused():
-    with pytest.raises(ValueError, match="vec.split = 2 does not support a teacher"):
+    with pytest.raises(ValueError, match="vec.split = 2 does not support train.teacher"):
         Trainer(split_config(), teacher=lambda observations: np.zeros(len(observations)))
 
 

@@ -153,7 +153,7 @@ def test_a_compile_error_warns_names_it_and_trains_eagerly(monkeypatch):
 
 
 def test_a_teacher_object_is_refused_with_compile():
-    with pytest.raises(ValueError, match="train.compile = true is not available with a teacher"):
+    with pytest.raises(ValueError, match="train.compile = true does not support train.teacher"):
         small_trainer(("train.compile", True), teacher=lambda observations: observations[:, 0] > 0)
 
 
@@ -167,12 +167,15 @@ def test_overlap_trainer_refuses_what_it_cannot_do():
     import peregrine
     env = peregrine.make("cartpole", num_envs=4)
     try:
-        with pytest.raises(ValueError, match="an env or teacher object, or several ranks"):
+        with pytest.raises(ValueError, match="train.overlap = true does not support an env "
+                                             "object"):
             OverlapTrainer(config, env=env)
     finally:
         env.close()
-    with pytest.raises(ValueError, match="an env or teacher object, or several ranks"):
+    with pytest.raises(ValueError, match="train.overlap = true does not support train.teacher"):
         OverlapTrainer(config, teacher=lambda observations: observations)
+    with pytest.raises(ValueError, match="train.overlap = true does not support several ranks"):
+        OverlapTrainer(config, dist=object())
 
 
 def test_overlap_from_an_unguarded_script_names_the_line_to_guard(monkeypatch):

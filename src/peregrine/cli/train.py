@@ -26,7 +26,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..train.config import SECTIONS, load_config, parse_override_tokens, shipped_configs, shipped_variants
+from ..train.config import (SECTIONS, check_features, load_config, parse_override_tokens,
+                            shipped_configs, shipped_variants)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -227,11 +228,11 @@ def _auto_ranks(args, config) -> tuple[int, list[str]]:
 def _launch(args, config, run_dir) -> int:
     """--nproc N: this command without --nproc/--max-restarts, as N ranks under
     torch.distributed.run."""
-    from ..train.distributed import check_config, check_world_size, launch, launched
+    from ..train.distributed import check_world_size, launch, launched
     from ..train.run_dir import check_new
     if launched():
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
-    check_config(config)
+    check_features(config, several_ranks=True)
     check_new(run_dir, bool(args.resume), args.overwrite)   # before N ranks fail alike
     if args.resume:
         # Refused here, before N processes start only to fail with N copies of the error.

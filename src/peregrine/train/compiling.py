@@ -38,9 +38,9 @@ needed), `mode="reduce-overhead"` (CUDA graphs) on CUDA (on an H200 with the env
 on the GPU: 1.87x CartPole's and 1.75x DroneSwarm's eager SPS; benchmarks/RESULTS.md,
 "GPU first light").
 
-Refused by config validation, by name: `policy.lstm` (Dynamo does not trace
-`nn.LSTM`, and the fused LSTM replay cuts segments at episode starts with a host
-read), `train.teacher`, `train.overlap`, `vec.split = 2`. With several ranks
+Refused by the compatibility table (config.INCOMPATIBLE), by name: `policy.lstm`
+(Dynamo does not trace `nn.LSTM`, and the fused LSTM replay cuts segments at
+episode starts with a host read), `train.teacher`, `train.overlap`, `vec.split = 2`. With several ranks
 (data parallel) every minibatch carries the global advantage statistics, so the
 warm-up compiles the loss with them. Where torch.compile cannot run (no C++ compiler for the
 CPU backend, a Python or platform torch.compile does not support, or a compile
@@ -132,9 +132,6 @@ def compile_trainer(trainer) -> Compiled | None:
     zero-filled storage so the compile happens now (timed); None, after one warning
     naming why, where torch.compile cannot run. The trainer's generator, weights,
     gradients and optimizer state are left as they were."""
-    if trainer.kickstarter is not None:
-        raise ValueError("train.compile = true is not available with a teacher (kickstarting) "
-                         "yet; set train.compile = false")
     device, policy, storage = trainer.device, trainer.policy, trainer.storage
     reason = unavailable_reason(device)
     if reason is not None:

@@ -501,30 +501,9 @@ def validate(config: Config) -> None:
         raise ValueError(f"train.dist_timeout must be > 0, got {t.dist_timeout}")
     if not t.adam_eps > 0:
         raise ValueError(f"train.adam_eps must be > 0, got {t.adam_eps}")
-    if t.overlap:
-        unsupported = [(name, value) for name, value in (
-            ("policy.lstm", p.lstm), ("train.normalize_obs", t.normalize_obs),
-            ("train.normalize_reward", t.normalize_reward), ("train.teacher", t.teacher),
-            ("vec.backend = 'device'", v.backend == "device"),
-            ("train.device other than cpu", t.device != "cpu")) if value]
-        if unsupported:
-            raise ValueError(f"train.overlap = true does not support "
-                             f"{', '.join(name for name, _ in unsupported)} yet; turn those off "
-                             f"or train.overlap off")
-    if t.compile:
-        unsupported = [name for name, value in (
-            ("policy.lstm", p.lstm), ("train.teacher", t.teacher),
-            ("train.overlap", t.overlap), ("vec.split = 2", v.split > 1)) if value]
-        if unsupported:
-            raise ValueError(f"train.compile = true does not support {', '.join(unsupported)} "
-                             f"(compiling.py says why); turn those off or train.compile off")
     if v.split not in (1, 2):
         raise ValueError(f"vec.split must be 1 or 2, got {v.split}")
     if v.split > 1:
-        if v.backend not in ("native", "multiprocessing"):
-            raise ValueError(f"vec.split = {v.split} needs vec.backend = 'native' (a host batch "
-                             f"of C envs) or 'multiprocessing' (worker processes), got "
-                             f"vec.backend = {v.backend!r}")
         if v.backend == "multiprocessing" and v.num_workers % v.split:
             raise ValueError(f"vec.split = {v.split} with vec.backend = 'multiprocessing' steps "
                              f"{v.split} groups of worker processes: vec.num_workers "
@@ -532,23 +511,91 @@ def validate(config: Config) -> None:
         if v.num_envs % v.split:
             raise ValueError(f"vec.num_envs ({v.num_envs}) must be divisible by vec.split "
                              f"({v.split}): the halves get the same number of instances")
-        unsupported = [name for name, value in (
-            ("train.overlap", t.overlap), ("train.teacher", t.teacher)) if value]
-        if unsupported:
-            raise ValueError(f"vec.split = {v.split} does not support {', '.join(unsupported)} "
-                             f"yet; turn those off or set vec.split = 1")
-    if p.critic != "local":
-        unsupported = [name for name, value in (
-            ("train.overlap", t.overlap), ("vec.backend = 'multiprocessing'",
-                                           v.backend == "multiprocessing")) if value]
-        if unsupported:
-            raise ValueError(f"policy.critic = {p.critic!r} does not support "
-                             f"{', '.join(unsupported)} yet (the global state is written into "
-                             f"the env batch's own buffers); turn those off or set "
-                             f"policy.critic = 'local'")
+    check_features(config)
     if p.lstm and t.horizon % p.bptt_horizon:
         raise ValueError(f"policy.bptt_horizon ({p.bptt_horizon}) must divide train.horizon "
                          f"({t.horizon}) when policy.lstm is true")
+
+
+# ---- which features combine -------------------------------------------------------
+
+# Every feature that does not combine with every other, by the name the user sets,
+# and how a config says it is on. Three facts of a run are not in its config and
+# come from the caller (check_features): a teacher object passed in Python (it
+# counts as train.teacher), an env object passed in Python, several ranks.
+FEATURES = {
+    "train.overlap": lambda c: c.train.overlap,
+    "train.compile": lambda c: c.train.compile,
+    "vec.split = 2": lambda c: c.vec.split > 1,
+    "policy.critic other than 'local'": lambda c: c.policy.critic != "local",
+    "policy.lstm": lambda c: c.policy.lstm,
+    "train.normalize_obs": lambda c: c.train.normalize_obs,
+    "train.normalize_reward": lambda c: c.train.normalize_reward,
+    "train.teacher": lambda c: bool(c.train.teacher),
+    "train.device other than cpu": lambda c: c.train.device != "cpu",
+    "vec.backend = 'device'": lambda c: c.vec.backend == "device",
+    "vec.backend = 'serial'": lambda c: c.vec.backend == "serial",
+    "vec.backend = 'multiprocessing'": lambda c: c.vec.backend == "multiprocessing",
+}
+AN_ENV_OBJECT, SEVERAL_RANKS = "an env object", "several ranks"
+
+# The one table of what does not combine (yet): a feature, what it does not
+# support, and why. Each pair is written once, under the feature that cannot
+# take the other; check_features reads nothing else.
+INCOMPATIBLE = (
+    ("train.overlap", ("policy.lstm", "train.normalize_obs", "train.normalize_reward",
+                       "train.teacher", "vec.backend = 'device'", "train.device other than cpu",
+                       AN_ENV_OBJECT, SEVERAL_RANKS),
+     "its actor process makes its own env from the config and runs a feed-forward CPU "
+     "policy without normalisers (overlap.py)"),
+    ("train.compile", ("policy.lstm", "train.teacher", "train.overlap", "vec.split = 2"),
+     "compiling.py says why"),
+    ("vec.split = 2", ("train.overlap", "train.teacher", "vec.backend = 'device'",
+                       "vec.backend = 'serial'", AN_ENV_OBJECT, SEVERAL_RANKS),
+     "its halves are native blocks or groups of worker processes made for it (a host "
+     "native or multiprocessing batch from the config), stepped by one collector in one "
+     "process"),
+    ("policy.critic other than 'local'", ("train.overlap", "vec.backend = 'multiprocessing'"),
+     "the global state is written into the env batch's own buffers"),
+    (SEVERAL_RANKS, ("train.normalize_obs", "train.normalize_reward"),
+     "the normalisers' statistics would differ between ranks"),
+)
+
+
+def check_features(config: Config, *, teacher_object: bool = False, env_object: bool = False,
+                   several_ranks: bool = False) -> None:
+    """Refuses features that do not combine (INCOMPATIBLE), naming both sides and why.
+    validate() calls it for every config; the trainer and the launcher again with
+    the facts only they know (a teacher or env object, several ranks)."""
+    present = {name for name, is_on in FEATURES.items() if is_on(config)}
+    if teacher_object:
+        present.add("train.teacher")
+    if env_object:
+        present.add(AN_ENV_OBJECT)
+    if several_ranks:
+        present.add(SEVERAL_RANKS)
+    for feature, others, why in INCOMPATIBLE:
+        clash = [other for other in others if other in present]
+        if feature in present and clash:
+            raise ValueError(f"{_setting(config, feature)} does not support "
+                             f"{', '.join(clash)} yet ({why}); turn those off or "
+                             f"{_turn_off(feature)}")
+
+
+def _setting(config: Config, feature: str) -> str:
+    """How a feature reads in a message: `train.overlap = true`, `policy.critic = 'global'`."""
+    if feature == "policy.critic other than 'local'":
+        return f"policy.critic = {config.policy.critic!r}"
+    if feature in ("train.overlap", "train.compile"):
+        return f"{feature} = true"
+    return feature
+
+
+def _turn_off(feature: str) -> str:
+    return {"train.overlap": "train.overlap off", "train.compile": "train.compile off",
+            "vec.split = 2": "set vec.split = 1",
+            "policy.critic other than 'local'": "set policy.critic = 'local'",
+            SEVERAL_RANKS: "train in one process"}[feature]
 
 
 # ---- command-line overrides ---------------------------------------------------

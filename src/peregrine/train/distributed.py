@@ -93,6 +93,7 @@ from ..envs.native.batch import EpisodeStats
 # available_cores: affinity and cgroup quota, the count the vector backends use too
 from ..vector.common import available_cores, unit_seed, warn_if_oversubscribed
 from . import local_reduce
+from .config import check_features
 
 # Per-rank entries of a Trainer.state_dict(); everything else is shared by all ranks.
 RANK_KEYS = ("torch_rng", "generator", "next_starts", "env_state", "lstm_state",
@@ -226,14 +227,14 @@ def auto_ranks(config, cores: int) -> tuple[int, list[tuple[str, int]], str]:
     `cores` that divides num_envs, minibatch_size and the per-rank batch into
     vec.split halves; 1 (train in this process, config unchanged) when no such
     count above 1 exists, when only one core is available, or when the config
-    cannot run on several ranks (check_config, or a backend other than the
+    cannot run on several ranks (check_features, or a backend other than the
     native batch).
     """
     vec, t = config.vec, config.train
     if cores <= 1:
         return 1, [], "one core available"
     try:
-        check_config(config)
+        check_features(config, several_ranks=True)
     except ValueError as error:
         return 1, [], f"one process: {error}"
     if vec.backend != "native":
@@ -255,15 +256,6 @@ def auto_ranks(config, cores: int) -> tuple[int, list[tuple[str, int]], str]:
                               f"{t.minibatch_size // ranks}: the global batch of one process")
 
 
-def check_config(config) -> None:
-    """ValueError for settings that several ranks do not support."""
-    t = config.train
-    if t.normalize_obs or t.normalize_reward:
-        raise ValueError("train.normalize_obs and train.normalize_reward are not supported "
-                         "with several ranks yet (their statistics would differ between "
-                         "ranks); set them to false or train in one process")
-
-
 def units_per_rank(config) -> int:
     """How many seed units (vector/recipe.py) one rank's env batch spans, so that each
     rank's units continue the previous rank's and no two ranks share a stream: one
@@ -283,7 +275,7 @@ class DataParallel:
 
     def __init__(self, config):
         t, vec = config.train, config.vec
-        check_config(config)
+        check_features(config, several_ranks=True)
         self.rank = int(os.environ["RANK"])
         self.world_size = int(os.environ["WORLD_SIZE"])
         self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))

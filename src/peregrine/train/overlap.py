@@ -53,9 +53,10 @@ requested; `state_dict` waits for it, and saves it (its storage buffer and
 statistics) with the actor's state after it (env instances, sampling
 generator). Resuming restores both, so the run continues bit for bit.
 
-Not supported with overlap (refused by config validation): recurrent
-policies, observation/reward normalisation (their statistics live in the
-actor), kickstarting, a device env batch or a CUDA learner, several ranks.
+Not supported with overlap (refused by the compatibility table,
+config.INCOMPATIBLE): recurrent policies, observation/reward normalisation
+(their statistics live in the actor), kickstarting, a device env batch or a
+CUDA learner, an env object, several ranks.
 The learner's process also builds the env batch once, only to read its
 spaces and row count; it is never stepped.
 
@@ -84,6 +85,7 @@ import torch.multiprocessing as torch_mp
 from ..envs.native.batch import EpisodeStats
 from . import environment
 from .advantages import compute_gae
+from .config import check_features
 from .ppo import Trainer
 
 STARTUP_SECONDS = 300.0    # env creation and imports in the spawned actor
@@ -124,9 +126,8 @@ class OverlapTrainer(Trainer):
     def __init__(self, config, env=None, teacher=None, dist=None):
         if not config.train.overlap:
             raise ValueError("OverlapTrainer needs train.overlap = true")
-        if env is not None or teacher is not None or dist is not None:
-            raise ValueError("train.overlap makes its env in the actor process from the config; "
-                             "an env or teacher object, or several ranks, are not supported")
+        check_features(config, teacher_object=teacher is not None, env_object=env is not None,
+                       several_ranks=dist is not None)
         self.actor = self.connection = None
         super().__init__(config)
         try:

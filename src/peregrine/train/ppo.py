@@ -76,6 +76,7 @@ from . import environment
 from . import torch_startup
 from .advantages import compute_gae
 from .collect import SplitCollector, SyncCollector, policy_step
+from .config import check_features
 from .critic_states import CriticStates, global_state_width
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
@@ -146,6 +147,8 @@ class Trainer:
 
     def __init__(self, config, env=None, teacher=None, dist=None):
         t = config.train
+        check_features(config, teacher_object=teacher is not None, env_object=env is not None,
+                       several_ranks=dist is not None)
         self.config = config
         self.dist = dist
         self.device = resolve_device(t.device) if dist is None else dist.device
@@ -211,12 +214,6 @@ class Trainer:
         on_device = isinstance(observations, torch.Tensor)
         mask_slice = environment.action_mask_slice(env, config.env_name, p.action_mask)
         if config.vec.split > 1:
-            if self.dist is not None:
-                raise ValueError("vec.split = 2 is not available with several ranks yet (each "
-                                 "rank's halves would share seeds with the next rank's)")
-            if teacher is not None:     # train.teacher is refused by config validation
-                raise ValueError("vec.split = 2 does not support a teacher (kickstarting) yet; "
-                                 "set vec.split = 1")
             self.collector = SplitCollector(env, device, t, policy.obs_dim, mask_slice,
                                             critic=p.critic)
             self.pipeline = self.collector.pipeline
