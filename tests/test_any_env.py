@@ -329,7 +329,7 @@ def test_an_emulated_env_resumes_from_fresh_episodes(tmp_path):
         assert trainer.exact_resume is False
         from peregrine.train import checkpoint
         trainer.load_state_dict(checkpoint.load(tmp_path / "run"))
-        assert trainer.updates == 2 and bool(trainer.next_starts.all())
+        assert trainer.updates == 2 and bool(trainer.rollout_state.starts.all())
         assert np.all(trainer.env.observations == 0.0)      # every corridor back at its start
     finally:
         trainer.close()

@@ -213,15 +213,15 @@ def test_lstm_state_is_carried_per_row():
     trainer = Trainer(split_config("lstm"))
     try:
         trainer.update()
-        h, c = trainer.lstm_state
+        h, c = trainer.rollout_state.lstm
         assert h.shape == (8, trainer.policy.lstm_size)
         inputs = trainer.pipeline.current()
         with torch.no_grad():
-            whole = trainer.policy.value(inputs, (h, c), trainer.next_starts)
+            whole = trainer.policy.value(inputs, (h, c), trainer.rollout_state.starts)
             for half in trainer.collector.halves:
                 rows = slice(half.begin, half.end)
                 part = trainer.policy.value(inputs[rows], (h[rows], c[rows]),
-                                            trainer.next_starts[rows])
+                                            trainer.rollout_state.starts[rows])
                 assert torch.allclose(whole[rows], part, atol=1e-6)
         # The state is not the zero state: it was carried through the rollout.
         assert h.abs().sum() > 0

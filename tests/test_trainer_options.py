@@ -100,8 +100,8 @@ def test_a_checkpoint_without_env_state_resumes_with_fresh_episodes(lstm):
         try:
             # a copy each time: torch's Optimizer.load_state_dict keeps the dict's tensors
             resumed.load_state_dict(copy.deepcopy(state))
-            assert resumed.updates == 1 and bool(resumed.next_starts.all())
-            assert not lstm or all(not s.any() for s in resumed.lstm_state)
+            assert resumed.updates == 1 and bool(resumed.rollout_state.starts.all())
+            assert not lstm or all(not s.any() for s in resumed.rollout_state.lstm)
             results.append((resumed.env.observations.copy(), resumed.update()["losses"]))
         finally:
             resumed.close()

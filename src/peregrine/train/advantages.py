@@ -70,3 +70,14 @@ def gae_scan(rewards, values, dones, last_value, gamma: float, lam: float, impor
     for t in range(rewards.shape[0] - 2, -1, -1):
         steps.append(torch.addcmul(deltas[t], decay[t], steps[-1]))
     return torch.stack(steps[::-1])
+
+
+def fill_advantages(storage, last_value, gamma: float, lam: float, gae=compute_gae,
+                    importance=None) -> None:
+    """The rollout's advantages and returns (advantages + values) into `storage`,
+    by `gae` (compute_gae, or train.compile's fused scan on CUDA); `last_value` is
+    V of the observation after the last step, `importance` as in compute_gae."""
+    extra = {} if importance is None else {"importance": importance}
+    gae(storage.rewards, storage.values, storage.dones, last_value, gamma, lam,
+        out=storage.advantages, **extra)
+    torch.add(storage.advantages, storage.values, out=storage.returns)

@@ -1,9 +1,18 @@
 """Collectors: how one rollout's `horizon` steps reach the rollout storage.
 
-The trainer picks one at construction (`Trainer.collector`); `Trainer.collect`
-only delegates. Both write the same columns through the same parts
-(observation pipeline, storage, policy, action buffer), so a path is a choice
-of collector, not a branch inside one.
+A rollout is data in, data out: `collector.collect(parts, storage, state)`
+takes the parts it steps with (`RolloutParts`: env, policy, observation
+pipeline, the per-step policy function, generator, critic column, teacher
+labels; the trainer's, fixed for a run) and what the previous rollout left
+(`RolloutState`: every row's recurrent state and which rows start an episode),
+fills `storage`, and returns the new `RolloutState` with the seconds it waited
+for env steps. Nothing else is read or written: the env's own observations,
+the normalisers' statistics and the generator's position move on inside the
+objects that own them.
+
+The trainer picks a collector at construction (`Trainer.collector`). Both write
+the same columns through the same parts, so a path is a choice of collector,
+not a branch inside one.
 
 `SyncCollector` (vec.split = 1, every batch kind): per step, every row at once:
 observe, forward and sample, hand the actions to `env.step`, receive its output,
@@ -67,6 +76,8 @@ from __future__ import annotations
 
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -76,18 +87,55 @@ from .critic_states import CriticStates
 from .observations import ObservationPipeline
 
 
+@dataclass
+class RolloutState:
+    """What one rollout hands the next: every row's recurrent state (None for a
+    feed-forward policy) and which rows' current observation starts an episode."""
+    lstm: tuple | None
+    starts: torch.Tensor
+
+    @classmethod
+    def fresh(cls, policy, rows: int, device) -> "RolloutState":
+        """A run's first state: zero recurrent state, every row starting."""
+        return cls(policy.initial_state(rows, device),
+                   torch.ones(rows, dtype=torch.bool, device=device))
+
+
+@dataclass
+class RolloutParts:
+    """What a rollout steps with (the trainer's, fixed for a run): the env batch,
+    the policy and its per-step function `act` (eager or compiled, `policy_step`),
+    the autocast context of its forwards, the sampling generator, the observation
+    pipeline, a centralised critic's column writer (None: a local critic, or the
+    split path's own per half), the teacher's labeller while its weight is above 0
+    (None otherwise), the discount that truncation bootstraps use, the number of
+    steps, and an all-False row of episode starts for the bootstraps' forwards
+    (a final observation continues its episode)."""
+    env: Any
+    policy: Any
+    act: Callable
+    autocast: Any
+    generator: torch.Generator
+    pipeline: Any
+    critic: CriticStates | None
+    teacher_label: Callable | None
+    gamma: float
+    horizon: int
+    no_starts: torch.Tensor
+
+
 def _no_state(step, state, starts) -> None:
     """`remember` for feed-forward policies: nothing to store."""
 
 
-def bootstrap_truncated(trainer, pipeline, storage, step: int, state,
+def bootstrap_truncated(parts: RolloutParts, pipeline, storage, step: int, state,
                         critic_states=None) -> None:
     """Adds gamma * V(final observation) to the reward of the rows of `storage` cut
     by truncation at `step` (a row flagged both ways ended for real and gets no
     bootstrap); `state` is the recurrent state of those rows after the step's
     forward (None for feed-forward policies), `critic_states` the rows'
     critic_states.CriticStates (None for a local critic: the final states)."""
-    policy, autocast, no_starts = trainer.policy, trainer.autocast, trainer.no_starts
+    policy, autocast, no_starts = parts.policy, parts.autocast, parts.no_starts
     critic = critic_states
 
     def value(inputs, rows):          # rows: an index tensor, or None for every row
@@ -96,7 +144,7 @@ def bootstrap_truncated(trainer, pipeline, storage, step: int, state,
         final = None if critic is None else critic.final(rows)
         with autocast:
             return policy.value(inputs, rows_state, no_starts[:inputs.shape[0]], final).float()
-    pipeline.bootstrap(storage, step, value, trainer.config.train.gamma)
+    pipeline.bootstrap(storage, step, value, parts.gamma)
 
 
 def policy_step(policy, autocast, compilable: bool = False):
@@ -137,46 +185,42 @@ class SyncCollector:
         self.clock = environment.StepClock(device if on_device else torch.device("cpu"))
 
     @torch.no_grad()
-    def collect(self, trainer) -> float:
-        """`horizon` steps of every row into `trainer.storage`; returns the seconds
-        spent in `env.step`."""
-        policy, storage, pipeline, env = trainer.policy, trainer.storage, trainer.pipeline, \
-            trainer.env
-        observe = self._observer(trainer)
-        remember = storage.record_state if policy.use_lstm else _no_state
-        actions_np, clock, generator = self.actions.array, self.clock, trainer.generator
-        act, critic = trainer.policy_step, trainer.critic_states
-        state, starts = trainer.lstm_state, trainer.next_starts
+    def collect(self, parts: RolloutParts, storage, state: RolloutState
+                ) -> tuple[RolloutState, float]:
+        """`parts.horizon` steps of every row into `storage`, from `state`; returns
+        the state after them and the seconds spent in `env.step`."""
+        pipeline, env, act, generator = parts.pipeline, parts.env, parts.act, parts.generator
+        observe = self._observer(parts, storage)
+        remember = storage.record_state if parts.policy.use_lstm else _no_state
+        actions_np, clock = self.actions.array, self.clock
+        lstm, starts = state.lstm, state.starts
         clock.restart()
-        for step in range(trainer.horizon):
+        for step in range(parts.horizon):
             observe(step)                     # policy input, live rows, masks, teacher labels,
-            remember(step, state, starts)     # global states; recurrent: starts, segment states
-            actions, logprobs, values, state = act(storage.obs[step], state, starts, generator,
-                                                   storage.step_mask(step),
-                                                   storage.step_critic_states(step))
+            remember(step, lstm, starts)      # global states; recurrent: starts, segment states
+            actions, logprobs, values, lstm = act(storage.obs[step], lstm, starts, generator,
+                                                  storage.step_mask(step),
+                                                  storage.step_critic_states(step))
             storage.record(step, actions, logprobs, values)
             self.actions.write(actions)
             clock.start()
             next_obs, rewards, terminals, truncations, _infos = env.step(actions_np)
             clock.stop()
             pipeline.receive(storage, step, next_obs, rewards, terminals, truncations)
-            bootstrap_truncated(trainer, pipeline, storage, step, state, critic)
+            bootstrap_truncated(parts, pipeline, storage, step, lstm, parts.critic)
             starts = storage.dones[step]
-        trainer.lstm_state = state
-        trainer.next_starts = starts.clone()
-        return clock.seconds()
+        return RolloutState(lstm, starts.clone()), clock.seconds()
 
     @staticmethod
-    def _observer(trainer):
+    def _observer(parts: RolloutParts, storage):
         """This rollout's per-step writer of the current observation's columns: the
         pipeline's, plus a centralised critic's global state column and the
         teacher's labels while its weight is above 0."""
-        pipeline, storage, critic = trainer.pipeline, trainer.storage, trainer.critic_states
+        pipeline, critic, label = parts.pipeline, parts.critic, parts.teacher_label
         writers = [pipeline.observe]
         if critic is not None:
             writers.append(critic.write)
-        if trainer.teacher_weight() > 0:
-            label = trainer.kickstarter.label
+        if label is not None:
             writers.append(lambda storage, step: label(pipeline.obs_view,
                                                        storage.teacher_actions[step]))
         if len(writers) == 1:
@@ -378,17 +422,18 @@ class SplitCollector:
         self.busy = 0.0                 # the worker's env-step seconds in the last rollout
 
     @torch.no_grad()
-    def collect(self, trainer) -> float:
-        """`horizon` steps of every row into `trainer.storage`; returns the seconds
-        this thread waited for env steps."""
-        policy, generator, act = trainer.policy, trainer.generator, trainer.policy_step
-        halves, horizon = self.halves, trainer.horizon
-        blocks = [trainer.storage.row_block(half.begin, half.end) for half in halves]
-        remember = [block.record_state if policy.use_lstm else _no_state for block in blocks]
-        full = trainer.lstm_state
+    def collect(self, parts: RolloutParts, storage, state: RolloutState
+                ) -> tuple[RolloutState, float]:
+        """`parts.horizon` steps of every row into `storage`, from `state`; returns
+        the state after them and the seconds this thread waited for env steps."""
+        generator, act, halves, horizon = parts.generator, parts.act, self.halves, parts.horizon
+        blocks = [storage.row_block(half.begin, half.end) for half in halves]
+        remember = [block.record_state if parts.policy.use_lstm else _no_state
+                    for block in blocks]
+        full = state.lstm
         states = [None if full is None else (full[0][half.begin:half.end],
                                              full[1][half.begin:half.end]) for half in halves]
-        starts = [trainer.next_starts[half.begin:half.end] for half in halves]
+        starts = [state.starts[half.begin:half.end] for half in halves]
         self.clock.restart()
         self.busy = 0.0
         if self.staged and self.device.type == "cuda":
@@ -402,7 +447,7 @@ class SplitCollector:
                 for h, half in enumerate(halves):
                     block = blocks[h]
                     if step > 0:
-                        self._finish(trainer, h, blocks[h], step - 1, states[h])
+                        self._finish(parts, h, blocks[h], step - 1, states[h])
                         starts[h] = block.dones[step - 1]
                     half.pipeline.observe(block, step)
                     if half.critic is not None:
@@ -416,16 +461,14 @@ class SplitCollector:
                     half.stepper.submit()
                     self.pending[h] = True
             for h in range(len(halves)):
-                self._finish(trainer, h, blocks[h], horizon - 1, states[h])
+                self._finish(parts, h, blocks[h], horizon - 1, states[h])
         finally:
             self._drain()
-        if full is not None:
-            trainer.lstm_state = tuple(torch.cat([state[i] for state in states])
-                                       for i in range(2))
-        trainer.next_starts = trainer.storage.dones[horizon - 1].clone()
-        return self.clock.seconds()
+        lstm = None if full is None else tuple(torch.cat([state[i] for state in states])
+                                               for i in range(2))
+        return RolloutState(lstm, storage.dones[horizon - 1].clone()), self.clock.seconds()
 
-    def _finish(self, trainer, h: int, block, step: int, state) -> None:
+    def _finish(self, parts: RolloutParts, h: int, block, step: int, state) -> None:
         """Waits for half h's env step of `step` and writes its output into `block`."""
         half = self.halves[h]
         self.clock.start()
@@ -436,7 +479,7 @@ class SplitCollector:
         source = half.rows.source
         half.pipeline.receive(block, step, source.observations, source.rewards,
                               source.terminals, source.truncations)
-        bootstrap_truncated(trainer, half.pipeline, block, step, state, half.critic)
+        bootstrap_truncated(parts, half.pipeline, block, step, state, half.critic)
 
     def current_critic_states(self) -> torch.Tensor:
         """A centralised critic's column of every row's current state (halves in

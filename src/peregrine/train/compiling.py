@@ -148,8 +148,9 @@ def compile_trainer(trainer) -> Compiled | None:
     generator = torch.Generator(device=device)   # throwaway: the trainer's draws stay put
     try:
         with torch.no_grad():               # as in the rollout (a grad-mode guard)
-            step(storage.obs[0], trainer.lstm_state, trainer.next_starts, generator,
-                 storage.step_mask(0), storage.step_critic_states(0))
+            state = trainer.rollout_state
+            step(storage.obs[0], state.lstm, state.starts, generator, storage.step_mask(0),
+                 storage.step_critic_states(0))
         epoch = next(iter(storage.flat_minibatches(trainer.config.train.minibatch_size, 1,
                                                    generator)))
         batch, _ = next(epoch)

@@ -84,7 +84,7 @@ import torch.multiprocessing as torch_mp
 
 from ..envs.native.batch import EpisodeStats
 from . import environment
-from .advantages import compute_gae
+from .advantages import fill_advantages
 from .config import check_features
 from .ppo import Trainer
 
@@ -268,9 +268,7 @@ class OverlapTrainer(Trainer):
         importance = torch.sub(logprobs.view_as(storage.logprobs), storage.logprobs)
         importance.exp_().clamp_(max=1.0)
         storage.values.copy_(values.view_as(storage.values))
-        compute_gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
-                    t.gae_lambda, out=storage.advantages, importance=importance)
-        torch.add(storage.advantages, storage.values, out=storage.returns)
+        fill_advantages(storage, last_value, t.gamma, t.gae_lambda, importance=importance)
         live = storage.live
         return float(importance.mean()) if bool(live.all()) else \
             float(importance[live].mean()) if bool(live.any()) else 1.0
@@ -366,7 +364,7 @@ def _actor_main(config, buffers, last_inputs, weight_slots, connection) -> None:
                 connection.send(("state", {
                     "env_state": environment.snapshot(actor.env) if actor.exact_resume else None,
                     "generator": actor.generator.get_state(),
-                    "next_starts": actor.next_starts.clone()}))
+                    "next_starts": actor.rollout_state.starts.clone()}))
             elif command == "load":
                 _load_actor(actor, arguments[0], seed)
                 connection.send(("loaded",))
@@ -394,5 +392,5 @@ def _load_actor(actor, state: dict, seed: int) -> None:
         state["next_starts"].fill_(True)
     if state["generator"] is not None:
         actor.generator.set_state(state["generator"])
-    actor.next_starts = state["next_starts"].clone()
+    actor.rollout_state.starts = state["next_starts"].clone()
     actor.env.episode_stats(clear=True)

@@ -1,8 +1,14 @@
-"""PPO over the env's flat row buffers: one update is
+"""PPO over the env's flat row buffers: one update (`Trainer.update`) is
 
     rollout()   collect `horizon` steps of every row into the storage, then
                 their advantages (GAE, all rows at once)
     learn()     `update_epochs` passes of minibatch gradient steps
+
+and a rollout is data in, data out: `collector.collect(parts, storage, state)`
+takes the trainer's parts (`collect.RolloutParts`, built per rollout by
+`rollout_parts()`) and the last rollout's `collect.RolloutState` (every row's
+LSTM state and episode starts, `Trainer.rollout_state`), and returns the next
+state; `advantages.fill_advantages` takes the storage and the last value.
 
 The parts, each in its own module and chosen once at construction:
 
@@ -15,10 +21,11 @@ The parts, each in its own module and chosen once at construction:
   clipped on the way in);
 * `collect.SyncCollector` / `collect.SplitCollector`: how a rollout's steps are
   gathered (every row at once, or two halves stepped alternately with each
-  half's env step on a worker thread beside the other half's forward,
-  `vec.split = 2`); `Trainer.collect` delegates to the one chosen;
+  half's env step, a native block on a worker thread or a group of worker
+  processes, beside the other half's forward, `vec.split = 2`);
 * `kickstart.Kickstarter`: the teacher's labels and its loss term;
-* `advantages.compute_gae` and `loss.ppo_loss` (statistics as `LossStats`).
+* `advantages.fill_advantages` (GAE, `compute_gae`) and `loss.ppo_loss`
+  (statistics as `LossStats`).
 
 Three env paths, chosen once at construction (the other parts are the same):
 * a host batch (NumPy buffers: native, serial, multiprocessing):
@@ -29,10 +36,10 @@ Three env paths, chosen once at construction (the other parts are the same):
   and the env's own `actions` tensor, with no host synchronisation in the
   rollout (truncated rows are bootstrapped with a mask, episode statistics are
   read once per update; `tests/test_train_device.py` enforces it);
-* a host native batch split in two halves (`vec.split = 2`): the env (two
-  native blocks, environment.make_env), one `ObservationPipeline` and
-  `ActionBuffer` per half, and `collect.SplitCollector` (on CUDA through pinned
-  memory with non-blocking copies).
+* a host batch split in two halves (`vec.split = 2`): the env's two native
+  blocks or two groups of worker processes (environment.split_blocks), one
+  `ObservationPipeline` and `ActionBuffer` per half, and `collect.SplitCollector`
+  (on CUDA through pinned memory with non-blocking copies).
 `train.precision = "bf16"` runs every policy forward (rollout and learning)
 under autocast; weights, optimizer state, stored values and losses stay fp32.
 `train.compile = true` replaces the rollout's policy step and the minibatch
@@ -74,8 +81,9 @@ import torch
 from . import compiling
 from . import environment
 from . import torch_startup
-from .advantages import compute_gae
-from .collect import SplitCollector, SyncCollector, policy_step
+from .advantages import compute_gae, fill_advantages
+from .collect import (RolloutParts, RolloutState, SplitCollector, SyncCollector,
+                      policy_step)
 from .config import check_features
 from .critic_states import CriticStates, global_state_width
 from .kickstart import Kickstarter
@@ -244,10 +252,10 @@ class Trainer:
         else:
             self._minibatches = self.storage.flat_minibatches
             self._evaluate = evaluate_flat
-        # Episode starts of the current observations (the LSTM zeroes its state there).
-        self.next_starts = torch.ones(rows, dtype=torch.bool, device=device)
+        # What one rollout hands the next: every row's LSTM state and whether its
+        # current observation starts an episode (the LSTM zeroes its state there).
+        self.rollout_state = RolloutState.fresh(policy, rows, device)
         self.no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
-        self.lstm_state = policy.initial_state(rows, device)
         # The rollout's per-step policy work and the minibatch loss: eager, or compiled
         # here once (train.compile, compiling.py); the loops call whichever was chosen.
         self.policy_step = policy_step(policy, self.autocast)
@@ -319,20 +327,28 @@ class Trainer:
 
     def collect(self) -> float:
         """`horizon` steps of every row into the storage, by the collector chosen at
-        construction; returns the seconds the trainer waited for env steps."""
-        return self.collector.collect(self)
+        construction, from the last rollout's state to the next; returns the seconds
+        the trainer waited for env steps."""
+        self.rollout_state, env_seconds = self.collector.collect(
+            self.rollout_parts(), self.storage, self.rollout_state)
+        return env_seconds
+
+    def rollout_parts(self) -> RolloutParts:
+        """What this rollout steps with (collect.RolloutParts), from the trainer's
+        parts as they are now (the teacher's labels only while its weight is > 0)."""
+        label = self.kickstarter.label if self.teacher_weight() > 0 else None
+        return RolloutParts(self.env, self.policy, self.policy_step, self.autocast,
+                            self.generator, self.pipeline, self.critic_states, label,
+                            self.config.train.gamma, self.horizon, self.no_starts)
 
     @torch.no_grad()
     def advantages(self) -> None:
         """GAE and returns for the collected rollout, into the storage."""
-        t, storage = self.config.train, self.storage
+        t, state = self.config.train, self.rollout_state
         with self.autocast:
-            last_value = self.policy.value(self.pipeline.current(), self.lstm_state,
-                                           self.next_starts, self.current_critic_states()
-                                           ).float()
-        self._gae(storage.rewards, storage.values, storage.dones, last_value, t.gamma,
-                  t.gae_lambda, out=storage.advantages)
-        torch.add(storage.advantages, storage.values, out=storage.returns)
+            last_value = self.policy.value(self.pipeline.current(), state.lstm, state.starts,
+                                           self.current_critic_states()).float()
+        fill_advantages(self.storage, last_value, t.gamma, t.gae_lambda, self._gae)
 
     def current_critic_states(self) -> torch.Tensor | None:
         """A centralised critic's column for every row's current state (None for a
@@ -499,12 +515,12 @@ class Trainer:
             "elapsed": self.elapsed, "cpu_seconds": self.cpu_seconds, "episodes": self.episodes,
             "recent_episodes": [list(x) for x in self.recent_episodes],
             "rows": self.rows,
-            "next_starts": self.next_starts.cpu(),
+            "next_starts": self.rollout_state.starts.cpu(),
             "env_state": environment.snapshot(env) if self.exact_resume else None,
             **self.pipeline.state_dict(),    # obs_normalizer, reward_scaler
         }
-        if self.lstm_state is not None:
-            state["lstm_state"] = [s.cpu() for s in self.lstm_state]
+        if self.rollout_state.lstm is not None:
+            state["lstm_state"] = [s.cpu() for s in self.rollout_state.lstm]
         return state
 
     def load_state_dict(self, state: dict) -> None:
@@ -529,10 +545,11 @@ class Trainer:
         self.elapsed, self.episodes = float(state["elapsed"]), int(state["episodes"])
         self.cpu_seconds = float(state.get("cpu_seconds", 0.0))
         self.recent_episodes = deque((tuple(x) for x in state["recent_episodes"]), maxlen=256)
-        self.next_starts = state["next_starts"].to(self.device)
+        rollout = self.rollout_state
+        rollout.starts = state["next_starts"].to(self.device)
         self.pipeline.load_state_dict(state)
         if state.get("lstm_state") is not None:
-            self.lstm_state = tuple(s.to(self.device) for s in state["lstm_state"])
+            rollout.lstm = tuple(s.to(self.device) for s in state["lstm_state"])
         if state.get("env_state") is not None and self.exact_resume:
             environment.restore(self.env, state["env_state"])
         else:
@@ -540,9 +557,7 @@ class Trainer:
             self.env.reset(seed=self._env_seed(
                 environment.stream_seed(self.config.train.seed, self.updates)
                 & 0x7FFFFFFFFFFFFFFF))
-            self.next_starts.fill_(True)
-            if self.lstm_state is not None:
-                self.lstm_state = self.policy.initial_state(self.rows, self.device)
+            self.rollout_state = RolloutState.fresh(self.policy, self.rows, self.device)
         self.env.episode_stats(clear=True)
 
     def close(self) -> None:
