@@ -174,9 +174,20 @@ class Trainer:
             raise
 
     def _setup(self, config, teacher=None):
-        t, p = config.train, config.policy
-        env, device = self.env, self.device
-        observations, _ = env.reset(seed=self._env_seed(t.seed))
+        """The run's parts, in this order (the policy's initialisation draws from the
+        global torch seed): sizes, policy and optimizer, rollout parts and storage,
+        the per-step and loss functions (compiled or not), counters."""
+        observations, _ = self.env.reset(seed=self._env_seed(config.train.seed))
+        self._size_batches(config)
+        critic_width = self._build_policy(config)
+        self._build_rollout(config, observations, critic_width, teacher)
+        self._choose_functions(config)
+        self._start_counters()
+
+    def _size_batches(self, config) -> None:
+        """Rows, batch sizes and the number of updates (a warning for a minibatch
+        larger than the batch)."""
+        t, env = config.train, self.env
         self.rows = rows = int(env.num_agents)
         self.horizon = t.horizon
         self.batch_size = rows * t.horizon
@@ -191,6 +202,11 @@ class Trainer:
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
+
+    def _build_policy(self, config) -> int:
+        """The policy, its optimizer and the sampling generator; returns the width of
+        a centralised critic's global state column (0 for a local critic)."""
+        t, p, env, device, rows = config.train, config.policy, self.env, self.device, self.rows
         # What the native batch describes (vec.split: each half's native block does): a
         # centralised critic's state column, the observation's repeated slots.
         native = env if config.vec.split == 1 or (p.critic == "local" and
@@ -216,9 +232,15 @@ class Trainer:
         self._optimizer_step = torch_startup.step_function(self.optimizer)
         self.generator = torch.Generator(device=device)
         self.generator.manual_seed(t.seed if self.dist is None else self.dist.sampling_seed(t.seed))
+        return critic_width
 
-        # A device batch (tensor buffers), a host batch, and a host native batch split in
-        # two halves (vec.split) differ in the pipeline and the collector, chosen here.
+    def _build_rollout(self, config, observations, critic_width: int, teacher) -> None:
+        """The observation pipeline, collector, critic column, teacher, storage and
+        the first rollout state."""
+        t, p, env, device, rows = config.train, config.policy, self.env, self.device, self.rows
+        policy, action_space = self.policy, env.single_action_space
+        # A device batch (tensor buffers), a host batch, and a host batch split in two
+        # halves (vec.split) differ in the pipeline and the collector, chosen here.
         on_device = isinstance(observations, torch.Tensor)
         mask_slice = environment.action_mask_slice(env, config.env_name, p.action_mask)
         if config.vec.split > 1:
@@ -256,8 +278,11 @@ class Trainer:
         # current observation starts an episode (the LSTM zeroes its state there).
         self.rollout_state = RolloutState.fresh(policy, rows, device)
         self.no_starts = torch.zeros(rows, dtype=torch.bool, device=device)  # bootstraps
-        # The rollout's per-step policy work and the minibatch loss: eager, or compiled
-        # here once (train.compile, compiling.py); the loops call whichever was chosen.
+
+    def _choose_functions(self, config) -> None:
+        """The rollout's per-step policy work and the minibatch loss: eager, or compiled
+        here once (train.compile, compiling.py); the loops call whichever was chosen."""
+        t, policy = config.train, self.policy
         self.policy_step = policy_step(policy, self.autocast)
         self._minibatch_loss = self._eager_loss
         self._gae = compute_gae
@@ -269,6 +294,9 @@ class Trainer:
             self.policy_step, self._minibatch_loss = compiled.policy_step, compiled.loss
             self._gae = compiled.gae
 
+    def _start_counters(self) -> None:
+        """Steps, updates, time and episodes at the start of a run (a resume loads them)."""
+        env = self.env
         self.global_step = 0
         self.updates = 0
         self.elapsed = 0.0              # training seconds (rollout + learn), across resumes
@@ -278,7 +306,7 @@ class Trainer:
         self.exact_resume = environment.supports_exact_resume(env)
         self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
         # Memory, CPU, GPU and time to first result, sampled once per record (resources.py).
-        self.resources = ResourceProbe(device)
+        self.resources = ResourceProbe(self.device)
 
     def _env_seed(self, seed: int) -> int:
         """dist hook: the seed this process's env batch gets where one process gives `seed`."""
