@@ -73,7 +73,7 @@ def test_train_without_torch_names_the_extra_to_install():
 def test_tensorboard_absent_is_a_notice_and_present_gets_the_config_as_text(tmp_path,
                                                                             monkeypatch,
                                                                             capsys):
-    from peregrine.train.metrics import RunLogger
+    from peregrine.train.run_log import RunLogger
     monkeypatch.setenv("PEREGRINE_CACHE", str(tmp_path / "cache"))  # a machine that never saw it
     monkeypatch.setitem(sys.modules, "torch.utils.tensorboard", None)
     logger = RunLogger(tmp_path / "a", (), tensorboard=True, dashboard=False,

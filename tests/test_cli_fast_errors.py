@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from peregrine.train.metrics import TENSORBOARD_NOTICE_MARKER, RunLogger
+from peregrine.train.run_log import TENSORBOARD_NOTICE_MARKER, RunLogger
 
 WALL_LIMIT_S = 1.5
 NOTICE = "TensorBoard event files skipped: tensorboard is not installed"

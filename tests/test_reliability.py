@@ -406,7 +406,7 @@ def test_a_raw_pickle_is_refused_with_a_reason(tmp_path):
 
 
 def test_a_full_disk_during_a_metrics_write_names_the_file(tmp_path):
-    from peregrine.train.metrics import RunLogger
+    from peregrine.train.run_log import RunLogger
     if not os.path.exists("/dev/full"):
         pytest.skip("needs /dev/full")
     (tmp_path / "metrics.jsonl").symlink_to("/dev/full")

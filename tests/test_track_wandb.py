@@ -9,7 +9,7 @@ import pytest
 wandb = pytest.importorskip("wandb")
 
 from peregrine.train.config import load_config  # noqa: E402
-from peregrine.train.metrics import flat_numbers  # noqa: E402
+from peregrine.train.run_log import flat_numbers  # noqa: E402
 from peregrine.train.run import train  # noqa: E402
 
 

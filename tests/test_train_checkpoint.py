@@ -162,7 +162,7 @@ def test_resume_cuts_the_logs_back_to_the_checkpoint(tmp_path, monkeypatch):
 
 
 def test_cut_jsonl_keeps_records_up_to_the_update(tmp_path):
-    from peregrine.train.metrics import cut_jsonl
+    from peregrine.train.run_log import cut_jsonl
     path = tmp_path / "metrics.jsonl"
     lines = ['{"updates": 1}\n', "not json\n", '{"updates": 2}\n', '{"status": "crashed"}\n',
              '{"updates": 3}\n', '{"status": "finished"}\n']

@@ -43,7 +43,7 @@ def add_world_arguments(parser) -> None:
 
 def parse_arguments(parser, argv):
     """--env.KEY VALUE tokens are taken out before argparse sees the rest (as train does)."""
-    from .train import split_overrides
+    from ..train.config import split_overrides
     rest, tokens = split_overrides(list(argv))
     namespace = parser.parse_args(rest)
     namespace.env_tokens = tokens

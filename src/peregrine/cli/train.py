@@ -27,7 +27,7 @@ import sys
 from pathlib import Path
 
 from ..train.config import (SECTIONS, check_features, load_config, parse_override_tokens,
-                            shipped_configs, shipped_variants)
+                            shipped_configs, shipped_variants, split_overrides)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.formatter_class = argparse.RawDescriptionHelpFormatter
@@ -87,22 +87,6 @@ def _nproc(value: str):
         return int(value)
     except ValueError:
         raise argparse.ArgumentTypeError(f"must be an int or 'auto', got {value!r}") from None
-
-
-def split_overrides(argv) -> tuple[list[str], list[str]]:
-    """(other arguments, override tokens): `--a.b VALUE` and `--a.b=VALUE` are overrides."""
-    argv, rest, overrides = list(argv), [], []
-    i = 0
-    while i < len(argv):
-        token = argv[i]
-        if token.startswith("--") and "." in token.split("=", 1)[0]:
-            take = 1 if "=" in token or i + 1 >= len(argv) else 2
-            overrides += argv[i:i + take]
-            i += take
-        else:
-            rest.append(token)
-            i += 1
-    return rest, overrides
 
 
 def run(args) -> int:

@@ -98,7 +98,7 @@ FIELDS = (
     "episode_length",   # mean length of recently finished episodes (NaN if none)
     "policy_loss", "value_loss", "entropy", "approx_kl", "clip_fraction", "learning_rate",
     "time_env",         # seconds spent stepping envs (the trainer decides the window;
-    #                     with vec.split = 2 the seconds it waited for them, train/metrics.py)
+    #                     with vec.split = 2 the seconds it waited for them, train/run_log.py)
     "time_forward",     # seconds in policy forward passes during rollouts
     "time_learn",       # seconds in the PPO update
     "heartbeat",        # wall time (Unix seconds) of this record

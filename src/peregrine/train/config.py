@@ -600,6 +600,29 @@ def _turn_off(feature: str) -> str:
 
 # ---- command-line overrides ---------------------------------------------------
 
+def is_override(token: str) -> bool:
+    """The override syntax: `--SECTION.KEY` (its value the next token) or
+    `--SECTION.KEY=VALUE`."""
+    return token.startswith("--") and "." in token.split("=", 1)[0]
+
+
+def split_overrides(argv: Iterable[str]) -> tuple[list[str], list[str]]:
+    """(other arguments, override tokens) of a command line, before argparse sees
+    the rest: `--a.b VALUE` and `--a.b=VALUE` are overrides."""
+    argv, rest, overrides = list(argv), [], []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if is_override(token):
+            take = 1 if "=" in token or i + 1 >= len(argv) else 2
+            overrides += argv[i:i + take]
+            i += take
+        else:
+            rest.append(token)
+            i += 1
+    return rest, overrides
+
+
 def parse_override_tokens(tokens: Iterable[str]) -> list[tuple[str, str]]:
     """['--train.learning-rate', '3e-4', '--vec.num-envs=64'] -> [(key, value), ...]."""
     pairs = []
@@ -607,7 +630,7 @@ def parse_override_tokens(tokens: Iterable[str]) -> list[tuple[str, str]]:
     i = 0
     while i < len(tokens):
         token = tokens[i]
-        if not token.startswith("--") or "." not in token.split("=", 1)[0]:
+        if not is_override(token):
             raise ValueError(f"unexpected argument {token!r}; overrides look like "
                              f"--SECTION.KEY VALUE (e.g. --train.learning-rate 3e-4), "
                              f"SECTION one of {['env', *SECTIONS]}")

@@ -48,7 +48,7 @@ from ..vector.lifetime import die_with_parent, watch_parent
 from . import checkpoint
 from . import distributed
 from .config import Config, load_config, read_toml
-from .metrics import RunLogger
+from .run_log import RunLogger
 from .ppo import Trainer
 from .run_dir import RunLock, checkpoint_path, claim_new
 

@@ -37,7 +37,7 @@ from pathlib import Path
 LOCK_NAME = "run.lock"
 # Where a run keeps its checkpoint: RUN_DIR/checkpoints/latest.pt (checkpoint_path).
 CHECKPOINT_FOLDER, CHECKPOINT_NAME = "checkpoints", "latest.pt"
-# What a run writes into its directory (train/run.py, train/metrics.py, the
+# What a run writes into its directory (train/run.py, train/run_log.py, the
 # monitor's metrics.bin, TensorBoard): what a crashed attempt may leave behind.
 RUN_FILES = ("config.toml", "metrics.jsonl", "metrics.bin", "learning_curve.png",
              "tensorboard", CHECKPOINT_FOLDER, "wandb", LOCK_NAME)     # wandb: --train.track
