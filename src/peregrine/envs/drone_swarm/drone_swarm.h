@@ -2,14 +2,15 @@
  * drone_swarm.h -- DroneSwarm, search and rescue under a communication
  * constraint, as a batch of N instances with one agent row per drone.
  *
- * Rules: ../shared/specs/drone_swarm.md. Every choice the spec leaves open
- * (who is "live", draw order, delivery window, tie breaks, reward order, the
- * flat state layout) is written down in the package docstring
- * (peregrine/envs/drone_swarm/__init__.py); reference.py is the NumPy twin
- * and reproduces this file bit for bit: float32 throughout, the same
+ * Rules: docs/drone_swarm_spec.md, implemented phase by phase with its
+ * numbering ("One step, in order", phases 1-8: see env_step). Every choice the
+ * spec leaves open (who is "live", draw order, delivery window, tie breaks,
+ * reward order, the flat state layout) is written down in the package
+ * docstring (peregrine/envs/drone_swarm/__init__.py); reference.py is the NumPy
+ * twin and reproduces this file bit for bit: float32 throughout, the same
  * operation order, squared distances for range tests, sqrtf only where a
- * distance value is needed, no trig (spawning is rejection sampling), and
- * the same splitmix64 draws in the same order:
+ * distance value is needed, no trig (spawning is rejection sampling), and the
+ * same splitmix64 draws in the same order:
  *   reset: [randomisation: r_comm, p_comm_drop, t_confirm pick, m_deliver
  *          pick], [obstacles: per obstacle (w, h, x0, y0) tries until
  *          accepted], then per drone (x, y) pairs until accepted, then per
@@ -22,12 +23,13 @@
  * Layout: per-instance arrays are flat across instances (drone fields
  * [num_envs * n], victim fields [num_envs * m], visited-cell bitsets of
  * 64-bit words), allocated once in env_init. A step runs in blocks of about
- * 1024 drones of consecutive instances (see env_step): movement and battery
- * for the whole block in one vectorized kernel, then instance by instance the
- * sequential phases (exploration, connectivity as a BFS over uint64 adjacency
- * bitmasks since n_drones <= 64, confirmation, delivery, detections), then
- * rewards and observations for the whole block, then the episode ends. On the
- * CPU scratch lives on the stepping thread's stack (about 100 KB at most: the
+ * 1024 drones of consecutive instances (see env_step): phases 1-2 (movement,
+ * battery) for the whole block in one vectorized kernel, then instance by
+ * instance the sequential phases 3-6 (connectivity as a BFS over uint64
+ * adjacency bitmasks since n_drones <= 64, confirmation, delivery,
+ * detections) with what of 7 and 8 is per instance, then phase 7's rewards and
+ * observations for the whole block, then phase 8's episode ends. On the CPU
+ * scratch lives on the stepping thread's stack (about 100 KB at most: the
  * block scratch, 64 x 128 drone-victim distances, de-interleaved actions); on
  * the GPU in env->work (see "scratch" below). Nothing is allocated per step.
  *
@@ -40,8 +42,9 @@
  * elementwise rather than as horizontal reductions.
  *
  * Compile with -DDS_PROFILE to count cycles per phase (rdtsc, single-thread
- * benchmarks only); the totals are appended to the file named by the
- * environment variable PEREGRINE_DS_PROFILE when the batch is freed.
+ * benchmarks only; timed by the step drivers around the phase calls, see
+ * "profiling"); the totals are appended to the file named by the environment
+ * variable PEREGRINE_DS_PROFILE when the batch is freed.
  */
 #ifndef PEREGRINE_DRONE_SWARM_H
 #define PEREGRINE_DRONE_SWARM_H
@@ -141,20 +144,41 @@ enum { ENV_CONFIG(PG_CONFIG_INDEX) }; /* CFG_world_size, CFG_n_drones, ... */
 
 enum { DS_UNKNOWN = 0, DS_CONFIRMED = 1, DS_DELIVERED = 2 };
 
+/* ---- profiling ---------------------------------------------------------------
+ * Compiled with -DDS_PROFILE (benchmarks/bench_drone_swarm.py builds it so): TSC
+ * cycles per bucket of a step, summed, and the split of the fastest env_step call.
+ * Only the step drivers (env_step, ds_core_instance) time anything, around the
+ * phase calls: DS_TICK charges the cycles since the last tick to a bucket. The
+ * buckets, by spec phase (docs/drone_swarm_spec.md, "One step, in order"): */
 #ifdef DS_PROFILE
 #include <x86intrin.h>
-enum { DS_PH_MOVE, DS_PH_CONNECT, DS_PH_CONFIRM, DS_PH_DETECT, DS_PH_REWARD_OBS, DS_PH_END,
-       DS_PH_COUNT };
+enum {
+    DS_PH_MOVE,       /* 1-2: movement, battery, the scan and live masks */
+    DS_PH_CONNECT,    /* 3 */
+    DS_PH_CONFIRM,    /* 4-5, with the drone -> victim distances that 4 and 6 read */
+    DS_PH_DETECT,     /* 6 */
+    DS_PH_REWARD_OBS, /* 7: rewards, observations (exploration, extra columns too) */
+    DS_PH_END,        /* 8: end test, final observations, statistics, resets */
+    DS_PH_COUNT
+};
+#define DS_TICK_START() uint64_t tick_ = __rdtsc()
 #define DS_TICK(phase)                          \
     do {                                        \
         uint64_t now_ = __rdtsc();              \
         env->profile[phase] += now_ - tick_;    \
         tick_ = now_;                           \
     } while (0)
-#define DS_TICK_START() uint64_t tick_ = __rdtsc()
+#define DS_TICK_RESTART() (tick_ = __rdtsc()) /* the time since was charged elsewhere */
+#define DS_PROFILE_CALL_START()             \
+    uint64_t profile_before_[DS_PH_COUNT];  \
+    memcpy(profile_before_, env->profile, sizeof profile_before_)
+#define DS_PROFILE_CALL_END(instances) ds_profile_call(env, profile_before_, instances)
 #else
-#define DS_TICK(phase) ((void)0)
 #define DS_TICK_START() ((void)0)
+#define DS_TICK(phase) ((void)0)
+#define DS_TICK_RESTART() ((void)0)
+#define DS_PROFILE_CALL_START() ((void)0)
+#define DS_PROFILE_CALL_END(instances) ((void)0)
 #endif
 
 /* ---- scratch ------------------------------------------------------------------
@@ -452,6 +476,23 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     return 0;
 }
 
+#ifdef DS_PROFILE
+/* After an env_step call over `instances` instances: the cycles each bucket gained
+ * (since `before`) per instance, kept when the call is the fastest so far. */
+static void ds_profile_call(Env *env, const uint64_t *before, int instances) {
+    env->profile_steps += (uint64_t)instances;
+    double split[DS_PH_COUNT], total = 0.0;
+    for (int p = 0; p < DS_PH_COUNT; p++) {
+        split[p] = (double)(env->profile[p] - before[p]) / (double)instances;
+        total += split[p];
+    }
+    if (env->profile_fastest_total == 0.0 || total < env->profile_fastest_total) {
+        memcpy(env->profile_fastest, split, sizeof split);
+        env->profile_fastest_total = total;
+    }
+}
+#endif
+
 static void env_free(Env *env) {
     (void)env;
 #ifdef DS_PROFILE
@@ -688,13 +729,12 @@ PG_DEVICE static void ds_obstacle_slots(const Env *env, int i, float *obs) {
 #endif
 #define DS_KERNEL PG_SIMD_KERNEL DS_NO_TRAP
 
-/* Helpers the kernels call carry the same options, or GCC will not inline them. */
-PG_DEVICE static inline DS_NO_TRAP float ds_finite_or_zero(float x) {
-    return isfinite(x) ? x : 0.0f;
-}
-
-/* pg_clampf with both comparisons always evaluated: the same result, and no
- * comparison executed only under a condition, which if-conversion needs. */
+/* Helpers the kernels call carry the same options, or GCC will not inline them
+ * (pg_finite_or_zero is always_inline for that reason). ds_clampf is pg_clampf
+ * with both comparisons always evaluated: the same value whenever lo <= hi (NaN
+ * passes through both, -0 too), and no comparison executed only under a
+ * condition, which if-conversion needs; pg_clampf's nested form, forced inline
+ * here, made the AVX2 ds_move 926 instructions instead of 618. */
 PG_DEVICE static inline DS_NO_TRAP float ds_clampf(float x, float lo, float hi) {
     float upper = x > hi ? hi : x;
     return upper < lo ? lo : upper;
@@ -869,9 +909,9 @@ PG_DEVICE DS_KERNEL static void ds_move(const Env *env, size_t n, const float *P
     const size_t stride = 1;
 #endif
     for (size_t d = 0; d < n; d++) {
-        float ax = ds_clampf(ds_finite_or_zero(in_x[stride * d]), -1.0f, 1.0f);
-        float ay = ds_clampf(ds_finite_or_zero(in_y[stride * d]), -1.0f, 1.0f);
-        float as = ds_clampf(ds_finite_or_zero(in_scan[stride * d]), -1.0f, 1.0f);
+        float ax = ds_clampf(pg_finite_or_zero(in_x[stride * d]), -1.0f, 1.0f);
+        float ay = ds_clampf(pg_finite_or_zero(in_y[stride * d]), -1.0f, 1.0f);
+        float as = ds_clampf(pg_finite_or_zero(in_scan[stride * d]), -1.0f, 1.0f);
         int active = battery[d] > 0.0f;
         float norm2 = ax * ax + ay * ay;
         /* norm if > 1, else exactly 1 (norm * 0 + 1). Written with arithmetic,
@@ -1175,6 +1215,13 @@ PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
     }
 }
 
+/* The columns of every drone row of instance i after the detection slots, where
+ * the config asks for them: obstacle slots, then the trailing columns. */
+PG_DEVICE static inline void ds_extra_columns(const Env *env, int i, float *obs) {
+    if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
+    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
+}
+
 PG_DEVICE static inline uint64_t ds_alive_mask(const Env *env, int i) {
     const float *battery = env->battery + (size_t)i * env->n;
     uint64_t alive = 0;
@@ -1195,8 +1242,7 @@ PG_DEVICE static void ds_write_features(const Env *env, int i, float *obs, DS_CR
     if (zero_slots)
         for (int d = 0; d < n; d++)
             for (int s = 10; s < dim; s++) obs[(od + d) * dim + s] = 0.0f;
-    if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
+    ds_extra_columns(env, i, obs);
 }
 
 /* Observations from the stored state alone (reset, set_state): no detections. */
@@ -1444,50 +1490,38 @@ PG_DEVICE static inline void ds_block_rows(const Env *env, int i, DsScratch *sc)
 }
 #endif
 
-/* Pass 2 of a step, one instance (phases 1-2 already ran for the block):
- * exploration, connectivity, confirmation, delivery, detections; leaves what
- * the block-wide rewards/observations pass needs in the scratch rows
- * (drone j0 .. j0 + n - 1) and the end-of-episode flags. */
-PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
-    PgBatch *pg = &env->pg;
-    const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
-    const size_t od = (size_t)i * n, ov = (size_t)i * m;
-    float *x = env->x + od, *y = env->y + od, *battery = env->battery + od;
-    float *vx = env->vx + ov, *vy = env->vy + ov;
-    int32_t *status = env->status + ov;
-    float *obs = (float *)pg->observations;
-    uint64_t *rng = &pg->rng[i];
-    const float size = env->world_size;
-    DS_TICK_START();
+/* ---- one step: spec phases 3-8 of one instance ---------------------------------
+ * Called by ds_core_instance, in the spec's order ("One step, in order" in
+ * docs/drone_swarm_spec.md), once phases 1-2 ran for the whole block. Each
+ * function is one phase (or the per-instance part of one) and is named after
+ * its number. Drone d of instance i is bit d of the uint64 masks. */
 
-    /* exploration in drone order (movement and battery ran for the block) */
-    DS_CROW(int32_t) cell = sc->cell + j0;
-    DS_CROW(int32_t) active = sc->active + j0;
-    DS_CROW(int32_t) scan = sc->scan + j0;
-    DS_ROW(float) explore = sc->explore + j0;
-    const int words = env->words64;
-    uint64_t *visited = env->visited + (size_t)i * words;
-    uint64_t *own = env->own_visited + od * words;
-    uint64_t scanning = 0, alive = 0;
+/* Phases 1-2's scan flags of instance i (scan: the block scratch's rows) as a
+ * mask; they are also kept in the state (env->scanning). */
+PG_DEVICE static inline uint64_t ds_scan_mask(Env *env, int i, DS_CROW(int32_t) scan) {
+    const int n = env->n;
+    const size_t od = (size_t)i * n;
+    uint64_t scanning = 0;
     for (int d = 0; d < n; d++) {
-        int c = cell[d];
-        uint64_t bit = 1ULL << (c & 63), on = active[d] ? bit : 0;
-        uint64_t *global_word = &visited[c >> 6], *own_word = &own[(size_t)d * words + (c >> 6)];
-        float global_new = (on & ~*global_word) ? 1.0f : 0.0f;
-        float own_new = (on & ~*own_word) ? 0.5f : 0.0f;
-        explore[d] = global_new + own_new;
-        *global_word |= on;
-        *own_word |= on;
         scanning |= (uint64_t)scan[d] << d;
-        alive |= (uint64_t)(battery[d] > 0.0f) << d;
         env->scanning[od + d] = (uint8_t)scan[d];
     }
-    DS_TICK(DS_PH_MOVE);
+    return scanning;
+}
 
-    /* 3. connectivity (and the neighbour features from the same pair pass) */
+/* 3. Connectivity, instance i: live drones within r_comm of the base are
+ * connected, and the connected set grows over links between live drones within
+ * r_comm (with p_comm_drop > 0 each such link fails with that probability: the
+ * base links of drones 0..n-1, then the pairs a < b in order); last_comm_age is
+ * 0 for connected drones, else +1. The same pair pass gives every drone's
+ * neighbour count and squared nearest-neighbour distance (observations, phase 7
+ * dispersion). Returns the connected set. */
+PG_DEVICE static uint64_t ds_phase3_connectivity(Env *env, int i, uint64_t alive,
+                                                 DS_ROW(int32_t) count, DS_ROW(float) nearest2) {
+    const int n = env->n;
+    const size_t od = (size_t)i * n;
+    uint64_t *rng = &env->pg.rng[i];
     const float r_comm = env->ep_r_comm[i], r2 = r_comm * r_comm;
-    DS_ROW(int32_t) count = sc->neighbours + j0;
-    DS_ROW(float) nearest2 = sc->nearest2 + j0;
     DS_SCRATCH(uint64_t, adjacency, DS_MAX_DRONES);
     ds_pairs(env, i, alive, r2, count, nearest2, adjacency);
     uint64_t base = ds_base_links(env, i, alive, r2);
@@ -1518,88 +1552,146 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         env->age[od + d] = is_connected ? 0 : env->age[od + d] + 1;
     }
     env->connected_steps[i] += connected_count;
-    DS_TICK(DS_PH_CONNECT);
+    return connected;
+}
 
-    /* squared distances scanning drone -> victim, shared by phases 4 and 6
-     * (DS_VICTIM_D2: on the GPU recomputed where read, see ds_sight_d2), and
-     * per drone the three counts of ds_victim_scan */
-    DS_SCRATCH(int32_t, victim_counts, DS_MAX_DRONES * 3);
-    DS_SCRATCH(int32_t, scanners, DS_MAX_DRONES);
+/* The squared distances scanning drone -> victim that phases 4 and 6 read (see
+ * ds_victim_sight): on the CPU an n x m matrix (row d: drone d), filled once a
+ * step; on the GPU recomputed where read (ds_sight_d2, see "scratch"). DS_SIGHT
+ * declares one, with the CPU's matrix on the stack. */
+#ifdef PG_GPU
+typedef struct {
+    float reach2; /* the largest of the ranges: pairs beyond it are never tested for sight */
+} DsSight;
+#define DS_SIGHT(name) DsSight name
+#else
+typedef struct {
+    float *d2;
+    size_t m;
+} DsSight;
+#define DS_SIGHT(name)                                   \
+    float name##_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];     \
+    DsSight name = {name##_d2, 0}
+#endif
+
+/* Drone d's squared distance to victim v (+inf when an obstacle hides it). */
+PG_DEVICE static inline float ds_sight(const Env *env, int i, DsSight sight, int d, int v) {
+#ifdef PG_GPU
+    return ds_sight_d2(env, i, d, v, sight.reach2);
+#else
+    (void)env;
+    (void)i;
+    return sight.d2[(size_t)d * sight.m + v];
+#endif
+}
+
+/* Fills *sight for the scanning drones of instance i and, per scanning drone d,
+ * counts[3d .. 3d + 2] (ds_victim_scan's counts, with the statuses before phases
+ * 4-5). Returns whether some scanning drone has a victim within
+ * r_confirm_radius (else phase 4 has no candidate). */
+PG_DEVICE static int ds_victim_sight(const Env *env, int i, uint64_t scanning, DsSight *sight,
+                                     DS_ROW(int32_t) counts) {
     const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
-    const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
+    const float rs2 = env->r_sense * env->r_sense;
     const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
+    DS_SCRATCH(int32_t, scanners, DS_MAX_DRONES);
     int num_scanners = 0, any_confirm = 0;
     for (uint64_t s = scanning; s; s &= s - 1) scanners[num_scanners++] = pg_ctz64(s);
 #ifdef PG_GPU
     float reach2 = rs2 > rc2 ? rs2 : rc2; /* the pairs ds_occlude tests */
     reach2 = reach2 > near2 ? reach2 : near2;
-#define DS_VICTIM_D2(d, v) ds_sight_d2(env, i, d, v, reach2)
-    ds_sight_counts(env, i, num_scanners, scanners, rc2, rs2, near2, reach2, victim_counts);
+    sight->reach2 = reach2;
+    ds_sight_counts(env, i, num_scanners, scanners, rc2, rs2, near2, reach2, counts);
 #else
-    float victim_d2[DS_MAX_DRONES * DS_MAX_VICTIMS];
-#define DS_VICTIM_D2(d, v) victim_d2[(size_t)(d) * m + (v)]
+    const int m = env->m;
+    const size_t od = (size_t)i * env->n, ov = (size_t)i * m;
+    const float *x = env->x + od, *y = env->y + od, *vx = env->vx + ov, *vy = env->vy + ov;
+    const int32_t *status = env->status + ov;
+    sight->m = (size_t)m;
     if (num_scanners)
         ds_victim_scan((size_t)num_scanners, scanners, x, y, (size_t)m, vx, vy, status, rc2, rs2,
-                       near2, victim_d2, victim_counts);
+                       near2, sight->d2, counts);
     if (num_scanners && env->n_obstacles)
         ds_occlude(env, i, num_scanners, scanners, x, y, vx, vy, status, rc2, rs2, near2,
-                   victim_d2, victim_counts);
+                   sight->d2, counts);
 #endif
-    for (int j = 0; j < num_scanners; j++) any_confirm |= victim_counts[3 * scanners[j]];
+    for (int j = 0; j < num_scanners; j++) any_confirm |= counts[3 * scanners[j]];
+    return any_confirm;
+}
 
-    /* 4. confirmation, 5. delivery */
-    DS_SCRATCH(int32_t, confirmation_count, DS_MAX_DRONES);
-    DS_SCRATCH(int32_t, own_delivered, DS_MAX_DRONES);
-    DS_SCRATCH(int32_t, own_lost, DS_MAX_DRONES);
-    for (int d = 0; d < n; d++) confirmation_count[d] = own_delivered[d] = own_lost[d] = 0;
+/* 4. Confirmation, instance i, for each victim not yet confirmed: the nearest
+ * candidate within r_confirm_radius, ties to the lower index (candidates: the
+ * scanning drones, or none when ds_victim_sight found no victim that close to
+ * any). If it is the confirming drone, progress + 1; otherwise it becomes the
+ * confirming drone with progress 1; with none, progress and drone reset. At
+ * this episode's t_confirm the victim is confirmed, owned by that drone, with a
+ * delivery window of m_deliver steps; confirmations[d] counts drone d's. */
+PG_DEVICE static void ds_phase4_confirmation(Env *env, int i, DsSight sight, uint64_t candidates,
+                                             DS_ROW(int32_t) confirmations) {
+    const int m = env->m;
+    const size_t ov = (size_t)i * m;
+    int32_t *status = env->status + ov;
+    const float rc2 = env->r_confirm_radius * env->r_confirm_radius;
     const int t_confirm = env->ep_t_confirm[i], m_deliver = env->ep_m_deliver[i];
-    int delivered_now = 0, changed = 0;
-    /* With no scanning drone near a victim, no confirmation in progress and no
-     * report waiting, phases 4-5 change nothing: skip them. */
-    const int victim_work = any_confirm || env->victims_pending[i];
-    int pending = 0;
-    for (int v = 0; v < (victim_work ? m : 0); v++) {
-        if (status[v] == DS_UNKNOWN) {
-            int best = -1;
-            float best2 = INFINITY;
-            for (uint64_t s = any_confirm ? scanning : 0; s; s &= s - 1) {
-                int d = pg_ctz64(s);
-                float d2 = DS_VICTIM_D2(d, v);
-                if (d2 <= rc2 && d2 < best2) {
-                    best2 = d2;
-                    best = d;
-                }
-            }
-            int32_t *progress = &env->progress[ov + v], *drone = &env->confirm_drone[ov + v];
-            if (best < 0) {
-                *progress = 0;
-                *drone = -1;
-            } else {
-                *progress = best == *drone ? *progress + 1 : 1;
-                *drone = best;
-                if (*progress >= t_confirm) {
-                    changed = 1;
-                    status[v] = DS_CONFIRMED;
-                    env->owner[ov + v] = best;
-                    env->window[ov + v] = m_deliver;
-                    env->ever_confirmed[ov + v] = 1;
-                    *progress = 0;
-                    *drone = -1;
-                    confirmation_count[best]++;
-                }
+    for (int v = 0; v < m; v++) {
+        if (status[v] != DS_UNKNOWN) continue;
+        int best = -1;
+        float best2 = INFINITY;
+        for (uint64_t s = candidates; s; s &= s - 1) {
+            int d = pg_ctz64(s);
+            float d2 = ds_sight(env, i, sight, d, v);
+            if (d2 <= rc2 && d2 < best2) {
+                best2 = d2;
+                best = d;
             }
         }
+        int32_t *progress = &env->progress[ov + v], *drone = &env->confirm_drone[ov + v];
+        if (best < 0) {
+            *progress = 0;
+            *drone = -1;
+            continue;
+        }
+        *progress = best == *drone ? *progress + 1 : 1;
+        *drone = best;
+        if (*progress >= t_confirm) {
+            status[v] = DS_CONFIRMED;
+            env->owner[ov + v] = best;
+            env->window[ov + v] = m_deliver;
+            env->ever_confirmed[ov + v] = 1;
+            *progress = 0;
+            *drone = -1;
+            confirmations[best]++;
+        }
+    }
+}
+
+/* 5. Delivery, instance i, for each confirmed victim (this step's confirmations
+ * too): delivered when its owner is connected; otherwise its window counts down,
+ * and once it has run out the report is lost and the victim unknown again.
+ * delivered[d] / lost[d] count drone d's reports (the owner's reward terms).
+ * Also records the step of the first delivery, and whether a victim still has
+ * a confirmation going or a report waiting (else the next step may skip phases
+ * 4-5). Returns the victims delivered; *changed is set when there was a
+ * confirmed victim (statuses may then differ from those before phase 4). */
+PG_DEVICE static int ds_phase5_delivery(Env *env, int i, uint64_t connected,
+                                        DS_ROW(int32_t) delivered, DS_ROW(int32_t) lost,
+                                        int *changed) {
+    const int m = env->m;
+    const size_t ov = (size_t)i * m;
+    int32_t *status = env->status + ov;
+    int delivered_now = 0, pending = 0;
+    for (int v = 0; v < m; v++) {
         if (status[v] == DS_CONFIRMED) {
-            changed = 1;
+            *changed = 1;
             int owner = env->owner[ov + v];
             if ((connected >> owner) & 1) {
                 status[v] = DS_DELIVERED;
                 delivered_now++;
-                own_delivered[owner]++;
+                delivered[owner]++;
             } else if (env->window[ov + v] == 0) {
                 status[v] = DS_UNKNOWN;
                 env->owner[ov + v] = -1;
-                own_lost[owner]++;
+                lost[owner]++;
             } else {
                 env->window[ov + v]--;
             }
@@ -1607,25 +1699,44 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         pending |= (env->progress[ov + v] > 0) | (env->confirm_drone[ov + v] >= 0) |
                    (status[v] == DS_CONFIRMED);
     }
-    if (victim_work) env->victims_pending[i] = (uint8_t)pending;
+    env->victims_pending[i] = (uint8_t)pending;
     if (delivered_now > 0 && env->first_delivery[i] < 0) env->first_delivery[i] = env->step[i] + 1;
-    DS_TICK(DS_PH_CONFIRM);
+    return delivered_now;
+}
 
-    /* 6. detections (written straight into the slots), scan-near flags */
-    const float scale = env->detect_prob_scale;
+/* 6. Detections, instance i, written straight into the observation slots: each
+ * scanning drone detects each undelivered victim within r_sense with
+ * probability p = clamp((1 - d / r_sense) * detect_prob_scale, 0, 1), one draw
+ * per such pair in (drone, victim) order, and keeps the obs_n_nearest detected
+ * ones, nearest first, as (dx / L, dy / L, p); slots are zero where empty and
+ * for drones that do not scan. counts: ds_victim_sight's, which let a drone with
+ * nothing in range skip the victims unless phases 4-5 `changed` statuses.
+ * Returns the scanning drones with an unknown victim within 2 * r_confirm_radius
+ * (phase 7's scan-near term). */
+PG_DEVICE static uint64_t ds_phase6_detections(Env *env, int i, DsSight sight, uint64_t scanning,
+                                               DS_CROW(int32_t) counts, int changed) {
+    const int n = env->n, m = env->m, k = env->k, dim = env->obs_dim;
+    const size_t od = (size_t)i * n, ov = (size_t)i * m;
+    const float *x = env->x + od, *y = env->y + od, *vx = env->vx + ov, *vy = env->vy + ov;
+    const int32_t *status = env->status + ov;
+    float *obs = (float *)env->pg.observations;
+    uint64_t *rng = &env->pg.rng[i];
+    const float size = env->world_size, scale = env->detect_prob_scale;
+    const float rs2 = env->r_sense * env->r_sense, r_sense = env->r_sense;
+    const float near_radius = 2.0f * env->r_confirm_radius, near2 = near_radius * near_radius;
     uint64_t scan_near = 0;
     if (k > 0) ds_zero_slots(obs + od * dim, n, dim);
     for (uint64_t s = scanning; s; s &= s - 1) {
         int d = pg_ctz64(s);
         float *slots = obs + (od + d) * dim + 10;
-        if (!changed && victim_counts[3 * d + 1] == 0) { /* nothing in sensing range */
-            scan_near |= (uint64_t)(victim_counts[3 * d + 2] > 0) << d;
+        if (!changed && counts[3 * d + 1] == 0) { /* nothing in sensing range */
+            scan_near |= (uint64_t)(counts[3 * d + 2] > 0) << d;
             continue;
         }
         DS_SCRATCH(float, slot_d2, DS_MAX_NEAREST);
         int found = 0, near = 0;
         for (int v = 0; v < m; v++) {
-            float d2 = DS_VICTIM_D2(d, v);
+            float d2 = ds_sight(env, i, sight, d, v);
             near |= (status[v] == DS_UNKNOWN) & (d2 <= near2);
             if (!(d2 <= rs2) || status[v] == DS_DELIVERED) continue;
             float u = pg_uniform(rng);
@@ -1647,34 +1758,118 @@ PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, i
         }
         scan_near |= (uint64_t)near << d;
     }
-    if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
-    DS_TICK(DS_PH_DETECT);
+    return scan_near;
+}
 
-    /* inputs of the block-wide rewards and observations */
+/* 7. The exploration term, instance i, drone by drone in index order (cell: the
+ * cells after phase 1; active: drones with battery before phase 2): 1 for
+ * entering a cell no drone has visited this episode, plus 0.5 for one this drone
+ * has not; the visits are recorded. */
+PG_DEVICE static void ds_phase7_exploration(Env *env, int i, DS_CROW(int32_t) cell,
+                                            DS_CROW(int32_t) active, DS_ROW(float) explore) {
+    const int n = env->n, words = env->words64;
+    uint64_t *visited = env->visited + (size_t)i * words;
+    uint64_t *own = env->own_visited + (size_t)i * n * words;
+    for (int d = 0; d < n; d++) {
+        int c = cell[d];
+        uint64_t bit = 1ULL << (c & 63), on = active[d] ? bit : 0;
+        uint64_t *global_word = &visited[c >> 6], *own_word = &own[(size_t)d * words + (c >> 6)];
+        float global_new = (on & ~*global_word) ? 1.0f : 0.0f;
+        float own_new = (on & ~*own_word) ? 0.5f : 0.0f;
+        explore[d] = global_new + own_new;
+        *global_word |= on;
+        *own_word |= on;
+    }
+}
+
+/* 7. Instance i's inputs of the block-wide rewards and observations (its rows
+ * j0 .. j0 + n - 1 of the scratch; ds_rewards adds the terms), then the step
+ * counter + 1. delivered_now: phase 5's deliveries; the owners' own terms are
+ * added to their share in this order (the reference's). */
+PG_DEVICE static void ds_phase7_reward_inputs(Env *env, int i, DsScratch *sc, int j0,
+                                              int delivered_now, uint64_t alive,
+                                              uint64_t scan_near,
+                                              DS_CROW(int32_t) confirmations,
+                                              DS_CROW(int32_t) delivered, DS_CROW(int32_t) lost) {
+    const int n = env->n;
+    const float r_comm = env->ep_r_comm[i];
     float share = env->r_found * (float)delivered_now;
     if (env->divide_found) share = share / (float)n;
     for (int d = 0; d < n; d++) {
-        sc->confirmations[j0 + d] = (float)confirmation_count[d];
+        sc->confirmations[j0 + d] = (float)confirmations[d];
         sc->scan_near[j0 + d] = (float)((scan_near >> d) & 1);
         sc->alive[j0 + d] = (float)((alive >> d) & 1);
-        /* the owner's own terms, added to its share in this order (the reference's) */
-        float mine = share + env->r_deliver_owner * (float)own_delivered[d];
-        sc->share[j0 + d] = mine + env->r_report_lost * (float)own_lost[d];
+        float mine = share + env->r_deliver_owner * (float)delivered[d];
+        sc->share[j0 + d] = mine + env->r_report_lost * (float)lost[d];
         sc->r_comm[j0 + d] = r_comm;
     }
     env->step[i]++;
+}
 
-    /* 8. end of episode (acted on after the block's observations are written) */
+/* 8. End test, instance i (acted on by ds_end_instance after the block's
+ * observations are written): terminal when every victim is delivered or every
+ * battery is empty, else truncated once the step counter reaches max_steps. */
+PG_DEVICE static void ds_phase8_end_test(const Env *env, int i, uint64_t alive, DsScratch *sc,
+                                         int b) {
+    const int m = env->m;
+    const int32_t *status = env->status + (size_t)i * m;
     int all_delivered = 1;
     for (int v = 0; v < m; v++) all_delivered &= status[v] == DS_DELIVERED;
     int terminal = all_delivered | (alive == 0);
     sc->terminal[b] = (uint8_t)terminal;
     sc->truncated[b] = (uint8_t)(!terminal & (env->step[i] >= env->max_steps));
-#undef DS_VICTIM_D2
 }
 
-/* Pass 4, one instance: flags, and for a finished episode its final
+/* Phases 3-8 of instance i, the block's b-th instance, whose drones are rows j0 ..
+ * j0 + n - 1 of the block scratch: phases 1-2 already ran for the whole block;
+ * phase 7's rewards and observation features, and phase 8's resets, follow for
+ * the block (env_step). Profiling (DS_TICK) times the phase calls, here and in
+ * env_step only. */
+PG_DEVICE static void ds_core_instance(Env *env, int i, DsScratch *sc, int j0, int b) {
+    const int n = env->n;
+    DS_TICK_START();
+    const uint64_t alive = ds_alive_mask(env, i); /* battery left after phase 2 */
+    const uint64_t scanning = ds_scan_mask(env, i, sc->scan + j0);
+    DS_TICK(DS_PH_MOVE);
+
+    const uint64_t connected =
+        ds_phase3_connectivity(env, i, alive, sc->neighbours + j0, sc->nearest2 + j0);
+    DS_TICK(DS_PH_CONNECT);
+
+    DS_SIGHT(sight);
+    DS_SCRATCH(int32_t, victim_counts, DS_MAX_DRONES * 3);
+    const int any_confirm = ds_victim_sight(env, i, scanning, &sight, victim_counts);
+    DS_SCRATCH(int32_t, confirmation_count, DS_MAX_DRONES);
+    DS_SCRATCH(int32_t, own_delivered, DS_MAX_DRONES);
+    DS_SCRATCH(int32_t, own_lost, DS_MAX_DRONES);
+    for (int d = 0; d < n; d++) confirmation_count[d] = own_delivered[d] = own_lost[d] = 0;
+    int delivered_now = 0, changed = 0;
+    /* With no scanning drone near a victim, no confirmation in progress and no
+     * report waiting, phases 4-5 change nothing: skip them. */
+    if (any_confirm || env->victims_pending[i]) {
+        ds_phase4_confirmation(env, i, sight, any_confirm ? scanning : 0, confirmation_count);
+        delivered_now = ds_phase5_delivery(env, i, connected, own_delivered, own_lost, &changed);
+    }
+    DS_TICK(DS_PH_CONFIRM);
+
+    const uint64_t scan_near =
+        ds_phase6_detections(env, i, sight, scanning, victim_counts, changed);
+    DS_TICK(DS_PH_DETECT);
+
+    /* 7, this instance's part: the observation columns after the detection
+     * slots, the exploration term (nothing in phases 3-6 reads the visited
+     * cells), the inputs of the block's rewards and the step counter */
+    ds_extra_columns(env, i, (float *)env->pg.observations);
+    ds_phase7_exploration(env, i, sc->cell + j0, sc->active + j0, sc->explore + j0);
+    ds_phase7_reward_inputs(env, i, sc, j0, delivered_now, alive, scan_near, confirmation_count,
+                            own_delivered, own_lost);
+    DS_TICK(DS_PH_REWARD_OBS);
+
+    ds_phase8_end_test(env, i, alive, sc, b);
+    DS_TICK(DS_PH_END);
+}
+
+/* 8. End of episode, instance i: flags, and for a finished episode its final
  * observation, statistics and reset. */
 PG_DEVICE static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t truncated) {
     PgBatch *pg = &env->pg;
@@ -1693,10 +1888,15 @@ PG_DEVICE static void ds_end_instance(Env *env, int i, uint8_t terminal, uint8_t
 }
 
 /* A step runs block by block (about DS_BLOCK_DRONES drones of consecutive
- * instances, so the scratch stays in L1/L2): phases 1-2 for every drone of the
- * block in one vectorized call, then phases 3-6 instance by instance, then
- * rewards and observations for the whole block in two vectorized calls, then
- * the ends of episodes. */
+ * instances, so the scratch stays in L1/L2), in the spec's phase order:
+ *   phases 1-2 (movement, battery) for every drone of the block in one
+ *     vectorized call (ds_move), then the obstacle stops (ds_obstacle_move);
+ *   phases 3-6, and the per-instance parts of 7 and 8, instance by instance
+ *     (ds_core_instance);
+ *   phase 7 rewards and observation features for the whole block, two
+ *     vectorized calls (ds_rewards, ds_features);
+ *   phase 8, the ends of episodes and resets (ds_end_instance).
+ * DS_TICK charges the time of each to its profiling bucket. */
 PG_DEVICE static void env_step(Env *env, int start, int end) {
     PgBatch *pg = &env->pg;
     const int n = env->n, dim = env->obs_dim;
@@ -1706,10 +1906,7 @@ PG_DEVICE static void env_step(Env *env, int start, int end) {
     const int per_block = DS_BLOCK_DRONES / n;
 #endif
     DsScratch sc;
-#ifdef DS_PROFILE
-    uint64_t before[DS_PH_COUNT];
-    memcpy(before, env->profile, sizeof before);
-#endif
+    DS_PROFILE_CALL_START();
     for (int first = start; first < end; first += per_block) {
         const int last = first + per_block < end ? first + per_block : end;
         const size_t d0 = (size_t)first * n, count = (size_t)(last - first) * n;
@@ -1737,9 +1934,7 @@ PG_DEVICE static void env_step(Env *env, int start, int end) {
             }
         DS_TICK(DS_PH_MOVE);
         for (int i = first; i < last; i++) ds_core_instance(env, i, &sc, (i - first) * n, i - first);
-#ifdef DS_PROFILE
-        tick_ = __rdtsc();
-#endif
+        DS_TICK_RESTART(); /* ds_core_instance charged its own time */
         ds_rewards(env, count, sc.share, sc.speed2, sc.confirmations, sc.explore, sc.scan_near,
                    sc.alive, env->connected + d0, sc.nearest2, pg->rewards + d0, env->returns + d0);
         ds_features(env, count, sc.r_comm, env->x + d0, env->y + d0, env->battery + d0,
@@ -1750,18 +1945,7 @@ PG_DEVICE static void env_step(Env *env, int start, int end) {
             ds_end_instance(env, i, sc.terminal[i - first], sc.truncated[i - first]);
         DS_TICK(DS_PH_END);
     }
-#ifdef DS_PROFILE
-    env->profile_steps += (uint64_t)(end - start);
-    double split[DS_PH_COUNT], total = 0.0;
-    for (int p = 0; p < DS_PH_COUNT; p++) {
-        split[p] = (double)(env->profile[p] - before[p]) / (double)(end - start);
-        total += split[p];
-    }
-    if (env->profile_fastest_total == 0.0 || total < env->profile_fastest_total) {
-        memcpy(env->profile_fastest, split, sizeof split);
-        env->profile_fastest_total = total;
-    }
-#endif
+    DS_PROFILE_CALL_END(end - start);
 }
 
 /* ---- exact state ---------------------------------------------------------------- */

@@ -271,7 +271,16 @@ PG_DEVICE static inline int pg_popcount64(uint64_t x) {
 #endif
 }
 
-PG_DEVICE static inline float pg_finite_or_zero(float x) {
+/* always_inline on the host: GCC does not inline a plain inline function into
+ * one compiled with other optimize options (drone_swarm's no-trapping-math SIMD
+ * kernels); a call per element there stops the loop vectorizing. */
+#if defined(__GNUC__) && !defined(PG_GPU)
+#define PG_ALWAYS_INLINE __attribute__((always_inline))
+#else
+#define PG_ALWAYS_INLINE
+#endif
+
+PG_DEVICE static inline PG_ALWAYS_INLINE float pg_finite_or_zero(float x) {
     return isfinite(x) ? x : 0.0f;
 }
 
