@@ -22,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import torch
 
+from ..envs.native.protocols import Configured
+
 if TYPE_CHECKING:
     import gymnasium
 
@@ -408,7 +410,7 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True)
     policy = build_policy(payload, env, label)
     trained_env = payload["config"].get("env", {})
     from ..vector.sources import is_native_name
-    if check_world and is_native_name(trained_env.get("name")) and hasattr(env, "config"):
+    if check_world and is_native_name(trained_env.get("name")) and isinstance(env, Configured):
         differences = world_differences({k: v for k, v in trained_env.items() if k != "name"},
                                         trained_env["name"], env)
         if differences:

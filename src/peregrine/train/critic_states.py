@@ -20,6 +20,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..envs.native.protocols import GlobalState
+
 
 def _tensor(buffer) -> torch.Tensor:
     return torch.from_numpy(buffer) if isinstance(buffer, np.ndarray) else buffer
@@ -30,8 +32,8 @@ def global_state_width(env, kind: str) -> int:
     (0 for "local"); ValueError naming the setting when the env has no state."""
     if kind == "local":
         return 0
-    state_dim = int(getattr(env, "state_dim", 0) or 0)
-    if not state_dim or not hasattr(env, "enable_states"):
+    state_dim = int(env.state_dim or 0) if isinstance(env, GlobalState) else 0
+    if not state_dim:
         raise ValueError(f"policy.critic = {kind!r} needs an env batch that writes a global "
                          f"state (env.enable_states(), e.g. DroneSwarm on vec.backend native "
                          f"or device); this env has none: use policy.critic = 'local'")

@@ -30,6 +30,9 @@ import time
 import numpy as np
 import torch
 
+from ..envs.native.protocols import (ActionMaskColumns, BulkState, ExactState,
+                                     StructuredRows)
+
 MASK64 = (1 << 64) - 1
 
 
@@ -77,31 +80,25 @@ def stream_seed(seed: int, update: int) -> int:
     return (int(seed) * 0x2545F4914F6CDD1D + (int(update) + 1) * 0x9E3779B97F4A7C15) & MASK64
 
 
-def _stream_seeder(env):
-    return getattr(env, "seed_streams", None)
-
-
 def reseed_streams(env, seed: int, update: int, derive=None) -> bool:
     """Re-derives every instance's random stream; False if the env cannot.
     `derive` (optional) maps the stream seed to this env's (a rank's slice)."""
-    seeder = _stream_seeder(env)
-    if seeder is None:
+    if not isinstance(env, ExactState):
         return False
     seed = stream_seed(seed, update)
-    seeder(seed if derive is None else derive(seed))
+    env.seed_streams(seed if derive is None else derive(seed))
     return True
 
 
 def supports_exact_resume(env) -> bool:
-    return (_stream_seeder(env) is not None and hasattr(env, "get_state")
-            and hasattr(env, "set_state") and hasattr(env, "num_envs"))
+    return isinstance(env, ExactState)
 
 
 def snapshot(env) -> torch.Tensor | None:
     """Every instance's state as a float64 tensor [num_envs, state_size], or None."""
     if not supports_exact_resume(env):
         return None
-    if hasattr(env, "get_states"):       # device batches: one transfer, not one per instance
+    if isinstance(env, BulkState):      # device batches: one transfer, not one per instance
         return torch.from_numpy(env.get_states())
     return torch.from_numpy(np.stack([np.asarray(env.get_state(i), np.float64)
                                       for i in range(env.num_envs)]))
@@ -112,7 +109,7 @@ def restore(env, states: torch.Tensor) -> None:
     if states.shape[0] != env.num_envs:
         raise ValueError(f"checkpoint has env state for {states.shape[0]} instances but the "
                          f"env has num_envs={env.num_envs}")
-    if hasattr(env, "set_states"):
+    if isinstance(env, BulkState):
         env.set_states(states)
         return
     for i in range(env.num_envs):
@@ -133,13 +130,16 @@ def action_mask_slice(env, env_name, setting="auto", action_space=None, obs_dim=
     space = env.single_action_space if action_space is None else action_space
     if not isinstance(space, spaces.Discrete):
         return None
-    found = getattr(env, "action_mask_slice", None)
+    found = env.action_mask_slice if isinstance(env, ActionMaskColumns) else None
     if found is None and env_name is not None:
         from ..envs.registry import ENVS, env_class
-        if env_name in ENVS:
-            found = getattr(env_class(env_name), "action_mask_slice", None)
+        if env_name in ENVS:     # a class attribute: vector wrappers do not forward it
+            declared = env_class(env_name)
+            found = declared.action_mask_slice if isinstance(declared, ActionMaskColumns) \
+                else None
     if found is None:
-        found = _mask_key_slice(getattr(env, "structured_observation_space", None))
+        found = _mask_key_slice(env.structured_observation_space
+                                if isinstance(env, StructuredRows) else None)
     if found is None:
         return None
     if obs_dim is None:

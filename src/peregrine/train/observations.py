@@ -28,6 +28,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from ..envs.native.protocols import AgentMasks
 from .normalize import ObservationNormalizer, RewardScaler
 
 
@@ -83,9 +84,8 @@ class ObservationPipeline(_Normalisers):
         self.non_blocking = device.type != "cpu"
         self.mask_slice = mask_slice
         self.bind_observations(observations)
-        self.bind_step_buffers(getattr(env, "rewards", None), getattr(env, "terminals", None),
-                               getattr(env, "truncations", None))
-        self.masks_np = getattr(env, "masks", None)
+        self.bind_step_buffers(env.rewards, env.terminals, env.truncations)
+        self.masks_np = env.masks if isinstance(env, AgentMasks) else None
         self.masks_view = None if self.masks_np is None else torch.from_numpy(self.masks_np)
         rows = int(env.num_agents)
         # The statistics stay on the host, beside the env's arrays (no copy to update them).

@@ -60,6 +60,7 @@ import torch.utils.deterministic
 from gymnasium import spaces
 from torch import nn
 
+from ..envs.native.protocols import StructuredRows
 from .encoders import build_encoder, describe_structure
 
 LOG_2PI = math.log(2.0 * math.pi)
@@ -91,7 +92,7 @@ def describe_space(space) -> dict:
 
 def observation_structure(env):
     """The env's own observation space behind its flat rows (an emulated env's), or None."""
-    return getattr(env, "structured_observation_space", None)
+    return env.structured_observation_space if isinstance(env, StructuredRows) else None
 
 
 @contextlib.contextmanager

@@ -78,6 +78,7 @@ from collections import deque
 
 import torch
 
+from ..envs.native.protocols import DEFAULT_STATS, NamedStats, ObservationSlots
 from . import compiling
 from . import environment
 from . import torch_startup
@@ -213,7 +214,8 @@ class Trainer:
                                                   p.slot_encoder == "none") \
             else environment.split_blocks(env)[0]
         critic_width = global_state_width(native, p.critic)
-        slots = getattr(native, "observation_slots", ()) if p.slot_encoder != "none" else ()
+        slots = native.observation_slots if p.slot_encoder != "none" and \
+            isinstance(native, ObservationSlots) else ()
         check_memory(config, rows, math.prod(env.single_observation_space.shape), critic_width)
         action_space = env.single_action_space
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
@@ -304,7 +306,7 @@ class Trainer:
         self.episodes = 0
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
-        self.stat_names = tuple(getattr(env, "stat_names", ("episode_return", "episode_length")))
+        self.stat_names = tuple(env.stat_names) if isinstance(env, NamedStats) else DEFAULT_STATS
         # Memory, CPU, GPU and time to first result, sampled once per record (resources.py).
         self.resources = ResourceProbe(self.device)
 
