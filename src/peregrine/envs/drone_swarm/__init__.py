@@ -1,6 +1,6 @@
 """DroneSwarm: multi-agent search and rescue under a communication constraint.
 
-The rules are ../shared/specs/drone_swarm.md; this docstring records every
+The rules are docs/drone_swarm_spec.md; this docstring records every
 choice the spec leaves open, identically in the C core (drone_swarm.h) and the
 NumPy reference (reference.py).
 
