@@ -165,6 +165,26 @@ def test_nproc_auto_resumes_with_the_checkpoints_world_size(tmp_path, capsys):
     assert "finished: 256 steps" in out        # one rank, in this process
 
 
+def test_the_launcher_reads_a_resumed_checkpoint_once(tmp_path, capsys, monkeypatch):
+    """`--resume RUN --nproc auto` on a checkpoint of 2 ranks: the parent reads the
+    checkpoint once (its world size) and launches 2 ranks, each of which loads it."""
+    from peregrine.train import checkpoint, distributed
+    from peregrine.train.run_dir import checkpoint_path
+    run_dir = tmp_path / "run"
+    small = ["--train.total-steps", "128", "--vec.num-envs", "4", "--train.horizon", "16"]
+    assert cli_main(["train", "cartpole", "--detach", "--run-dir", str(run_dir), *small]) == 0
+    state = checkpoint.load(checkpoint_path(run_dir))
+    checkpoint.save(checkpoint_path(run_dir), {**state, "world_size": 2})
+    loads, launched = [], []
+    real_load = checkpoint.load
+    monkeypatch.setattr(checkpoint, "load", lambda *a, **k: loads.append(a) or real_load(*a, **k))
+    monkeypatch.setattr(distributed, "launch", lambda n, argv, restarts: launched.append(n) or 0)
+    capsys.readouterr()
+    assert cli_main(["train", "--resume", str(run_dir), "--nproc", "auto", "--detach"]) == 0
+    assert "--nproc auto: 2 rank(s), as the checkpoint was written" in capsys.readouterr().out
+    assert launched == [2] and len(loads) == 1
+
+
 class FakeProcess:
     """Popen's wait/terminate/kill as a dashboard that ignores what it is told `ignore` times."""
 

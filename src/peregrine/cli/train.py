@@ -114,10 +114,11 @@ def run(args) -> int:
         config = load_config(args.env, args.config, overrides)
 
     from ..train import run as runs  # imports torch: only after the arguments are sound
+    where = runs.distributed.place()    # this process's rank, read once
     if args.resume:
         run_dir = Path(args.resume)
-        rank = os.environ.get("RANK", "0")
-        if runs.distributed.launched() and rank != "0" and not (run_dir / "config.toml").is_file():
+        rank = where.rank
+        if where.launched and rank != 0 and not (run_dir / "config.toml").is_file():
             # Rank 0 alone writes the run directory, but every rank reads it on resume.
             raise ValueError(f"--resume {str(run_dir)!r}: rank {rank} finds no run there; "
                              f"on several nodes every node needs the run directory (a shared "
@@ -128,13 +129,17 @@ def run(args) -> int:
                              f"{args.env!r}")
     else:
         run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+    if args.nproc != 1 and where.launched:
+        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
+    # The world size a resumed run was written by, from its checkpoint, read once.
+    saved_ranks = _saved_world_size(args.resume) if args.resume and args.nproc != 1 else None
     if args.nproc == "auto":
-        args.nproc, args.rank_overrides = _auto_ranks(args, config)
+        args.nproc, args.rank_overrides = _auto_ranks(config, saved_ranks)
     if args.nproc != 1:
-        return _launch(args, config, run_dir)
+        return _launch(args, config, run_dir, saved_ranks)
     if args.max_restarts:
         raise ValueError("--max-restarts needs --nproc (or torchrun's own --max-restarts)")
-    quiet = runs.distributed.launched() and os.environ.get("RANK", "0") != "0"
+    quiet = where.launched and not where.is_main
     if quiet:   # ranks other than 0 print nothing but their errors
         args.detach, args.monitor = True, False
 
@@ -152,7 +157,7 @@ def run(args) -> int:
         print(runs.format_progress(record), flush=True)
 
     if mode == "plain":
-        ranks = int(os.environ.get("WORLD_SIZE", "1"))
+        ranks = where.world_size
         per_rank = f" x {ranks} ranks" if ranks > 1 else ""
         print(f"training {config.env_name}: {config.train.total_steps:,} steps, "
               f"{config.vec.num_envs} envs{per_rank}, seed {config.train.seed}", flush=True)
@@ -192,37 +197,35 @@ def _check_flags(args) -> None:
         raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
 
 
-def _auto_ranks(args, config) -> tuple[int, list[str]]:
+def _saved_world_size(run_dir) -> int:
+    """The number of ranks that wrote a run's checkpoint."""
+    from ..train import checkpoint
+    from ..train.run_dir import checkpoint_path
+    return int(checkpoint.load(checkpoint_path(run_dir)).get("world_size", 1))
+
+
+def _auto_ranks(config, saved_ranks: int | None) -> tuple[int, list[str]]:
     """--nproc auto: (ranks, override tokens for every rank); see distributed.auto_ranks.
-    A resumed run keeps the world size its checkpoint was written by."""
+    A resumed run keeps the world size its checkpoint was written by (`saved_ranks`)."""
     from ..train import distributed
-    if distributed.launched():
-        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
-    if args.resume:
-        from ..train import checkpoint
-        from ..train.run_dir import checkpoint_path
-        saved = int(checkpoint.load(checkpoint_path(args.resume)).get("world_size", 1))
-        print(f"--nproc auto: {saved} rank(s), as the checkpoint was written", flush=True)
-        return saved, []
+    if saved_ranks is not None:
+        print(f"--nproc auto: {saved_ranks} rank(s), as the checkpoint was written", flush=True)
+        return saved_ranks, []
     ranks, overrides, why = distributed.auto_ranks(config, distributed.available_cores())
     print(f"--nproc auto: {why}", flush=True)
     return ranks, [token for key, value in overrides for token in (f"--{key}", str(value))]
 
 
-def _launch(args, config, run_dir) -> int:
+def _launch(args, config, run_dir, saved_ranks: int | None) -> int:
     """--nproc N: this command without --nproc/--max-restarts, as N ranks under
-    torch.distributed.run."""
-    from ..train.distributed import check_world_size, launch, launched
+    torch.distributed.run (`saved_ranks`: a resumed run's world size)."""
+    from ..train.distributed import check_world_size, launch
     from ..train.run_dir import check_new
-    if launched():
-        raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     check_features(config, several_ranks=True)
     check_new(run_dir, bool(args.resume), args.overwrite)   # before N ranks fail alike
-    if args.resume:
+    if saved_ranks is not None:
         # Refused here, before N processes start only to fail with N copies of the error.
-        from ..train import checkpoint
-        from ..train.run_dir import checkpoint_path
-        check_world_size(checkpoint.load(checkpoint_path(args.resume)), args.nproc)
+        check_world_size({"world_size": saved_ranks}, args.nproc)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):
         if argv[i] in ("--nproc", "--max-restarts"):

@@ -84,6 +84,7 @@ from __future__ import annotations
 
 import os
 import sys
+from dataclasses import dataclass
 from datetime import timedelta
 
 import torch
@@ -108,12 +109,37 @@ def restart_count(environ=os.environ) -> int:
         return 0
 
 
+@dataclass(frozen=True)
+class Place:
+    """This process's place in a run, as torchrun's environment gives it (rank 0
+    of 1 outside torchrun); read by `place()`, the one reader of those variables
+    besides torchrun's own store set-up."""
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+
+    @property
+    def launched(self) -> bool:
+        """One of several ranks that torchrun started."""
+        return self.world_size > 1
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def place(environ=os.environ) -> Place:
+    """This process's Place (unreadable values count as a process of its own)."""
+    try:
+        return Place(int(environ.get("RANK", "0")), int(environ.get("WORLD_SIZE", "1")),
+                     int(environ.get("LOCAL_RANK", "0")))
+    except ValueError:
+        return Place()
+
+
 def launched() -> bool:
     """True in a worker that torchrun started as one of several ranks."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1")) > 1
-    except ValueError:
-        return False
+    return place().launched
 
 
 def resolve_backend(name: str, device: torch.device, one_machine: bool = False) -> str:
@@ -155,7 +181,8 @@ def init_process_group(backend: str, timeout: timedelta) -> None:
     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True":
         torch_dist.init_process_group(backend, timeout=timeout)
         return
-    rank, world_size = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+    where = place()
+    rank, world_size = where.rank, where.world_size
     store = torch_dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]),
                                 world_size, is_master=False, timeout=timeout)
     store = torch_dist.PrefixStore(f"peregrine/attempt_{restart_count()}/", store)
@@ -276,9 +303,9 @@ class DataParallel:
     def __init__(self, config):
         t, vec = config.train, config.vec
         check_features(config, several_ranks=True)
-        self.rank = int(os.environ["RANK"])
-        self.world_size = int(os.environ["WORLD_SIZE"])
-        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        where = place()
+        self.rank, self.world_size, self.local_rank = where.rank, where.world_size, \
+            where.local_rank
         from .ppo import resolve_device
         device = resolve_device(t.device)
         if device.type == "cuda":

@@ -99,11 +99,12 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume:
     With `resume=True`, `run_dir` must hold a checkpoint to continue from; without
     it, `run_dir` must be new or empty unless `overwrite` (run_dir.py).
     """
-    if distributed.launched():     # a rank never outlives the launcher that started it
+    launched = distributed.place().launched
+    if launched:                   # a rank never outlives the launcher that started it
         parent = os.getppid()
         die_with_parent(parent)
         watch_parent(parent)
-    dist = distributed.DataParallel(config) if distributed.launched() else None
+    dist = distributed.DataParallel(config) if launched else None
     try:
         if dist is None:
             return _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite)
