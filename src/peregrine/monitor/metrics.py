@@ -121,6 +121,7 @@ STATUS_CODES = {name: code for code, name in enumerate(STATUS_NAMES)}
 FINAL_STATUSES = ("finished", "interrupted", "crashed")
 
 _INDEX = {name: i for i, name in enumerate(FIELDS)}
+_ROW_FIELDS = FIELDS[1:]        # what update() writes (index is _publish's)
 _HEARTBEAT, _STATUS = _INDEX["heartbeat"], _INDEX["status"]
 _EMPTY: dict = {}
 
@@ -232,18 +233,20 @@ class MetricsWriter:
         if status not in STATUS_CODES:
             raise ValueError(f"status must be one of {list(STATUS_NAMES)}, got {status!r}")
         now = time.time()
-        losses = losses or _EMPTY
-        time_split = time_split or _EMPTY
-        # One list, one NumPy assignment: cheaper than ~20 scalar stores.
-        # The order is FIELDS[1:] (index is set by _publish).
-        row = [global_step, updates, sps, now - self.start_time if elapsed is None else elapsed,
-               episodes, episode_return, episode_length,
-               losses.get("policy_loss"), losses.get("value_loss"), losses.get("entropy"),
-               losses.get("approx_kl"), losses.get("clip_fraction"), losses.get("learning_rate"),
-               time_split.get("env"), time_split.get("forward"), time_split.get("learn"),
-               now, STATUS_CODES[status], time_split.get("overlap")]
+        losses, time_split = losses or _EMPTY, time_split or _EMPTY
         resources = resources or _EMPTY
-        row.extend(resources.get(name) for name in RESOURCE_NAMES)
+        # Every value by its name in FIELDS; the row is then FIELDS[1:] in order (index
+        # is set by _publish), written with one NumPy assignment.
+        values = {"global_step": global_step, "updates": updates, "sps": sps,
+                  "elapsed": now - self.start_time if elapsed is None else elapsed,
+                  "episodes": episodes, "episode_return": episode_return,
+                  "episode_length": episode_length, "heartbeat": now,
+                  "status": STATUS_CODES[status]}
+        values.update((name, losses.get(name)) for name in LOSS_NAMES)
+        values.update((f"time_{part}", time_split.get(part))
+                      for part in (*TIME_SPLIT_NAMES, "overlap"))
+        values.update((name, resources.get(name)) for name in RESOURCE_NAMES)
+        row = [values[name] for name in _ROW_FIELDS]
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)

@@ -5,6 +5,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
+from ..envs.native.batch import check_action_array
 from .common import BUFFER_NAMES, Buffers, buffers_layout, check_count
 
 
@@ -92,20 +93,7 @@ class VectorBase:
 
     def _check_actions(self, actions, rows: int):
         """Refuses actions that do not fit `rows` rows of the action space."""
-        shape = (rows, *self._action_shape[1:])
-        if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
-                or actions.shape != shape):
-            expected = f"a NumPy array of dtype {self._action_dtype} and shape {shape}"
-            if not isinstance(actions, np.ndarray):
-                raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
-            hint = (f"; convert with actions.astype(np.{self._action_dtype})"
-                    if actions.shape == shape else "")
-            raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
-                             f"shape {actions.shape}{hint}")
-        if not actions.flags.c_contiguous:
-            # As the native batch: one contract whatever the backend (check_env's rule).
-            raise ValueError("actions must be a C-contiguous array, got a strided view; pass "
-                             "np.ascontiguousarray(actions)")
+        check_action_array(actions, self._action_dtype, (rows, *self._action_shape[1:]))
         high = self._action_high
         if high is not None and actions.size:
             as_unsigned = actions.view(self._action_unsigned)

@@ -216,6 +216,24 @@ class _ClosedBatch:
         raise RuntimeError(f"the {self._name} env is closed; make a new one")
 
 
+
+def check_action_array(actions, dtype: np.dtype, shape: tuple) -> None:
+    """The batch contract's action array, for every backend: a C-contiguous NumPy
+    array of `dtype` and `shape`; ValueError naming what differs (with the cast to
+    use when only the dtype does). The values' range is the env's to check (the C
+    binding's, or vector.base for worker processes)."""
+    expected = f"a NumPy array of dtype {dtype} and shape {shape}"
+    if type(actions) is not np.ndarray:
+        raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
+    if actions.dtype != dtype or actions.shape != shape:
+        hint = f"; convert with actions.astype(np.{dtype})" if actions.shape == shape else ""
+        raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
+                         f"shape {actions.shape}{hint}")
+    if not actions.flags.c_contiguous:
+        raise ValueError("actions must be a C-contiguous array, got a strided view; pass "
+                         "np.ascontiguousarray(actions)")
+
+
 class NativeEnv:
     """A batch of `num_envs` instances of a C env; one row per agent.
 
@@ -426,7 +444,7 @@ class NativeEnv:
         """
         if (type(actions) is not np.ndarray or actions.dtype != self._action_dtype
                 or actions.shape != self._action_shape):
-            self._refuse_actions(actions)
+            check_action_array(actions, self._action_dtype, self._action_shape)
         self._first_episode_seed = None   # auto-resets draw from the streams from now on
         if hold is not None:
             self._batch.step(actions, self._instance_mask("hold", hold))
@@ -434,15 +452,6 @@ class NativeEnv:
             self._batch.step(actions)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
-    def _refuse_actions(self, actions):
-        expected = f"a NumPy array of dtype {self._action_dtype} and shape {self._action_shape}"
-        if not isinstance(actions, np.ndarray):
-            raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
-        hint = ""
-        if actions.shape == self._action_shape:
-            hint = f"; convert with actions.astype(np.{self._action_dtype})"
-        raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
-                         f"shape {actions.shape}{hint}")
 
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         """Mean and std of every episode statistic over episodes finished since
