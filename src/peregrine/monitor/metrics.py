@@ -235,18 +235,18 @@ class MetricsWriter:
         now = time.time()
         losses, time_split = losses or _EMPTY, time_split or _EMPTY
         resources = resources or _EMPTY
-        # Every value by its name in FIELDS; the row is then FIELDS[1:] in order (index
-        # is set by _publish), written with one NumPy assignment.
-        values = {"global_step": global_step, "updates": updates, "sps": sps,
-                  "elapsed": now - self.start_time if elapsed is None else elapsed,
+        # Every value by its name in FIELDS (losses and resources are keyed so already;
+        # time_split's parts become time_<part>); the row is FIELDS[1:] in order (index
+        # is set by _publish), written with one NumPy assignment. Absent: None -> NaN.
+        values = {**losses, **resources, "global_step": global_step, "updates": updates,
+                  "sps": sps, "elapsed": now - self.start_time if elapsed is None else elapsed,
                   "episodes": episodes, "episode_return": episode_return,
                   "episode_length": episode_length, "heartbeat": now,
-                  "status": STATUS_CODES[status]}
-        values.update((name, losses.get(name)) for name in LOSS_NAMES)
-        values.update((f"time_{part}", time_split.get(part))
-                      for part in (*TIME_SPLIT_NAMES, "overlap"))
-        values.update((name, resources.get(name)) for name in RESOURCE_NAMES)
-        row = [values[name] for name in _ROW_FIELDS]
+                  "status": STATUS_CODES[status], "time_env": time_split.get("env"),
+                  "time_forward": time_split.get("forward"),
+                  "time_learn": time_split.get("learn"),
+                  "time_overlap": time_split.get("overlap")}
+        row = [values.get(name) for name in _ROW_FIELDS]
         if self.env_stat_names:
             env_stats = env_stats or _EMPTY
             row.extend(env_stats.get(name) for name in self.env_stat_names)
