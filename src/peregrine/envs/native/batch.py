@@ -222,10 +222,12 @@ def check_action_array(actions, dtype: np.dtype, shape: tuple) -> None:
     array of `dtype` and `shape`; ValueError naming what differs (with the cast to
     use when only the dtype does). The values' range is the env's to check (the C
     binding's, or vector.base for worker processes)."""
-    expected = f"a NumPy array of dtype {dtype} and shape {shape}"
-    if type(actions) is not np.ndarray:
-        raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
-    if actions.dtype != dtype or actions.shape != shape:
+    if type(actions) is not np.ndarray or actions.dtype != dtype or actions.shape != shape:
+        # Formatted only here: a dtype's text costs more than the whole check (it is on
+        # every step of a vector backend).
+        expected = f"a NumPy array of dtype {dtype} and shape {shape}"
+        if not isinstance(actions, np.ndarray):
+            raise ValueError(f"actions must be {expected}, got {type(actions).__name__}")
         hint = f"; convert with actions.astype(np.{dtype})" if actions.shape == shape else ""
         raise ValueError(f"actions must be {expected}, got dtype {actions.dtype} and "
                          f"shape {actions.shape}{hint}")
