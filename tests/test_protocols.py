@@ -74,3 +74,16 @@ def test_a_batch_of_your_own_needs_only_the_batch_members():
 def test_action_mask_columns_are_declared_by_the_env_class(name):
     from peregrine.envs.registry import env_class
     assert isinstance(env_class(name), P.ActionMaskColumns) == (name == "prospector")
+
+
+def test_layout_constants_come_from_the_header():
+    """DroneSwarm's Python layout is the C header's (ENV_CONSTANTS -> constants()):
+    the flat state's size that Python computes is the one the C env reports, for
+    worlds with and without obstacles; an env without constants has none."""
+    from peregrine.envs.cartpole import _cartpole
+    from peregrine.envs.drone_swarm import _drone_swarm, state_layout
+    assert _cartpole.constants() == {}
+    assert _drone_swarm.constants()["header_size"] > 0
+    for config in ({}, {"n_obstacles": 3, "n_drones": 5, "n_victims": 4}):
+        with peregrine.make("drone_swarm", num_envs=1, seed=1, **config) as env:
+            assert len(env.get_state(0)) == state_layout(env.config)["size"]

@@ -184,16 +184,18 @@ if TYPE_CHECKING:   # PettingZoo is an optional extra
 CONFIG_FIELDS = _drone_swarm.config_fields()
 STAT_NAMES = _drone_swarm.stat_names()
 
-MAX_CELLS_PER_SIDE = 128
-HEADER_SIZE = 7
-DRONE_FIELDS = 7
-VICTIM_FIELDS = 8
-OBSTACLE_FIELDS = 5
-# the global state's blocks (drone_swarm.h, DS_STATE_*; layout in the module docstring)
-STATE_HEADER = 4
-STATE_DRONE = 7
-STATE_VICTIM = 6
-STATE_OBSTACLE = 5
+# The flat state's and the global state's block sizes (layout in the module
+# docstring), read from drone_swarm.h (ENV_CONSTANTS) rather than restated here.
+_LAYOUT = _drone_swarm.constants()
+MAX_CELLS_PER_SIDE = _LAYOUT["max_cells_per_side"]
+HEADER_SIZE = _LAYOUT["header_size"]
+DRONE_FIELDS = _LAYOUT["drone_fields"]
+VICTIM_FIELDS = _LAYOUT["victim_fields"]
+OBSTACLE_FIELDS = _LAYOUT["obstacle_fields"]
+STATE_HEADER = _LAYOUT["state_header"]
+STATE_DRONE = _LAYOUT["state_drone"]
+STATE_VICTIM = _LAYOUT["state_victim"]
+STATE_OBSTACLE = _LAYOUT["state_obstacle"]
 
 
 def observation_slots(config) -> tuple[tuple[str, int, int, int], ...]:

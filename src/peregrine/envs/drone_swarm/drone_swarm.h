@@ -72,6 +72,14 @@
 #define DS_STATE_DRONE 7
 #define DS_STATE_VICTIM 6
 #define DS_STATE_OBSTACLE 5
+/* The layout constants Python reads from the built module (constants()), so that
+ * __init__.py and the reference do not restate them. */
+#define ENV_CONSTANTS(X)                                                              \
+    X(max_cells_per_side, DS_MAX_CELLS_PER_SIDE) X(header_size, DS_HEADER)            \
+    X(drone_fields, DS_DRONE_FIELDS) X(victim_fields, DS_VICTIM_FIELDS)               \
+    X(obstacle_fields, DS_OBSTACLE_FIELDS) X(state_header, DS_STATE_HEADER)           \
+    X(state_drone, DS_STATE_DRONE) X(state_victim, DS_STATE_VICTIM)                   \
+    X(state_obstacle, DS_STATE_OBSTACLE)
 
 /* X(name, default, min, max, is_integer); the only copy: __init__.py reads
  * these rows from the built module (config_fields()). -1 in base_x/base_y means

@@ -1061,6 +1061,23 @@ static PyObject *pg_stat_names_fn(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)
     return out;
 }
 
+/* An env's named layout constants, for Python to read instead of restating them:
+ * ENV_CONSTANTS(X) with X(name, value) (optional; an empty dict without it). */
+static PyObject *pg_constants_fn(PyObject *Py_UNUSED(m), PyObject *Py_UNUSED(a)) {
+    PyObject *out = PyDict_New();
+#ifdef ENV_CONSTANTS
+#define PG_CONSTANT_ITEM(name, value)                                                  \
+    if (out) {                                                                          \
+        PyObject *item = PyLong_FromLong((long)(value));                                \
+        if (!item || PyDict_SetItemString(out, #name, item) != 0) Py_CLEAR(out);        \
+        Py_XDECREF(item);                                                               \
+    }
+    ENV_CONSTANTS(PG_CONSTANT_ITEM)
+#undef PG_CONSTANT_ITEM
+#endif
+    return out;
+}
+
 static PyObject *pg_describe_fn(PyObject *Py_UNUSED(m), PyObject *config_obj) {
     double config[PG_NUM_CONFIG];
     if (pg_read_config(config_obj, config) != 0) return NULL;
@@ -1084,6 +1101,8 @@ static PyMethodDef pg_module_methods[] = {
     {"config_fields", pg_config_fields_fn, METH_NOARGS,
      "((name, default, min, max, is_integer), ...) in config order."},
     {"stat_names", pg_stat_names_fn, METH_NOARGS, "Episode statistic names."},
+    {"constants", pg_constants_fn, METH_NOARGS,
+     "The env's named layout constants (ENV_CONSTANTS), {name: int}."},
     {"describe", pg_describe_fn, METH_O, "Dimensions for a config (validates it)."},
     {NULL, NULL, 0, NULL}};
 

@@ -39,6 +39,10 @@
  *       (0 / -1) State get/set lets tests build exact scenarios and compare C
  *       with the NumPy reference from identical states.
  *
+ * Optional: #define ENV_CONSTANTS(X) X(name, value) ...
+ *   Named integer layout facts (sizes of state blocks, say) that Python reads
+ *   from the built module's constants() instead of restating them.
+ *
  * Optional, for multi-agent envs: a global state for a centralised critic.
  *   #define ENV_GLOBAL_STATE 1, set pg.state_dim > 0 in env_init, and define
  *   PG_DEVICE static void env_global_state(const Env*, int instance, float *out);
