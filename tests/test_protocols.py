@@ -43,6 +43,7 @@ def test_a_batch_of_your_own_needs_only_the_batch_members():
 
     class Mine:
         num_envs = num_agents = 2
+        agents_per_env = 1
         single_observation_space = spaces.Box(-1, 1, (3,), np.float32)
         single_action_space = spaces.Discrete(2)
         observations = final_observations = np.zeros((2, 3), np.float32)

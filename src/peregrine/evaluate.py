@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from .envs.registry import list_envs, make
+from .envs.native import protocols
 from .envs.scripted import reset_policy, scripted_policy_names  # noqa: F401 (scripted_policy_names re-exported)
 from .policies import make_policy
 from .train.world import world_of
@@ -110,7 +111,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     bound_to = {}
 
     def bind(env):
-        bound_to["env_config"] = dict(getattr(env, "config", {}))
+        bound_to["env_config"] = protocols.env_config(env)
         return make_policy(env_name, policy, env, seed=int(seed),
                            check_world=not world["explicit"])
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 import statistics
 import time
 
+from ..envs.native.protocols import env_config
+
 MODES = ("env_only", "trainer", "trainer_eval")
 
 
@@ -122,7 +124,7 @@ def profile_env_only(env_name: str, seconds: float, warmup: float, num_envs: int
         result["setup"] = {"num_envs": num_envs, "num_threads": num_threads,
                            "agents_per_env": env.agents_per_env, "rows": rows, "seed": seed,
                            "steps_per_unit": rows * len(pool),
-                           "env_config": dict(getattr(env, "config", {}))}
+                           "env_config": env_config(env)}
         return result
     finally:
         env.close()
@@ -190,7 +192,7 @@ def profile_trainer(env_name: str, seconds: float, warmup: float, overrides=(),
             "evaluate_every": evaluate_every, "eval_episodes": eval_episodes if evaluate_every else 0,
             "evaluations": counter["evaluations"],
             "eval_env_config": counter.get("eval_env_config"),
-            "env_config": dict(getattr(trainer.env, "config", {})),
+            "env_config": env_config(trainer.env),
         }
         return result
     finally:

@@ -37,6 +37,7 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import Buffers, EpisodeStats, NativeEnv
+from ..envs.native.protocols import Batch, NamedStats
 from .common import BUFFER_NAMES, buffers_layout
 from .spaces import FlatAction, FlatObservation
 
@@ -56,10 +57,7 @@ def is_parallel_env(env) -> bool:
 
 def is_native_batch(env) -> bool:
     """Anything with the native batch interface (a NativeEnv, a Serial, ...)."""
-    if isinstance(env, NativeEnv):
-        return True
-    return all(hasattr(env, name) for name in ("observations", "num_agents", "agents_per_env",
-                                               "single_action_space", "episode_stats"))
+    return isinstance(env, (NativeEnv, Batch))
 
 
 def emulate(env, buffers=None, seed=None, index=0):
@@ -399,13 +397,13 @@ class CopiedBatch(_Unit):
 
     def __init__(self, env, buffers=None, seed=None):
         self.env = env
-        self.num_envs = int(getattr(env, "num_envs", 1))
+        self.num_envs = int(env.num_envs)
         self._init_buffers(env.single_observation_space, env.single_action_space,
                            int(env.agents_per_env), buffers)
         if env.num_agents != self.num_agents:
             raise ValueError(f"native env reports num_agents={env.num_agents}, expected "
                              f"num_envs * agents_per_env = {self.num_agents}")
-        self.stat_names = tuple(getattr(env, "stat_names", STAT_NAMES))
+        self.stat_names = tuple(env.stat_names) if isinstance(env, NamedStats) else STAT_NAMES
         self.reset(seed)
 
     def _copy_out(self):

@@ -32,6 +32,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 
 from ..envs.native.batch import IndependentCopies, UnknownKeywordError
 from ..envs.native import drawing
+from ..envs.native.protocols import ExactState, InstanceReset, InstanceStats
 from ..envs.registry import ENVS, env_class, renderer
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
@@ -76,7 +77,7 @@ def _render_metadata(env) -> dict:
     fps = _renderer_fps(env)
     if fps is None:
         return {"render_modes": []}
-    return {"render_modes": ["rgb_array"] if hasattr(env, "get_state") else [],
+    return {"render_modes": ["rgb_array"] if isinstance(env, ExactState) else [],
             "render_fps": fps}
 
 
@@ -92,7 +93,7 @@ def _renderer(env, render_mode):
     if render_mode != "rgb_array":
         raise ValueError(f"render_mode must be None or 'rgb_array', got {render_mode!r}")
     module_name = _renderer_module(env)
-    if module_name is None or not hasattr(env, "get_state"):
+    if module_name is None or not isinstance(env, ExactState):
         raise TypeError(f"render_mode='rgb_array' needs a native batch (peregrine.make) of an "
                         f"env that can draw itself; {type(env).__name__} cannot")
     return module_name      # held by name, so the adapters holding it stay picklable
@@ -182,7 +183,7 @@ class _EpisodeRecorder:
         self.returns = np.zeros(rows, np.float64)
         self.lengths = np.zeros(rows, np.int64)
         self.starts = np.full(rows, time.perf_counter())
-        self.per_instance = hasattr(env, "instance_stats")
+        self.per_instance = isinstance(env, InstanceStats)
 
     def restart(self, rows=slice(None)):
         """New episodes start on `rows` (a slice, bool mask or index array)."""
@@ -271,7 +272,7 @@ class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
         self.single_action_space = env.single_action_space
         self.observation_space = env.observation_space
         self.action_space = env.action_space
-        native = hasattr(env, "reset_instances")
+        native = isinstance(env, InstanceReset)
         if autoreset_mode is None:
             autoreset_mode = AutoresetMode.NEXT_STEP if native else AutoresetMode.SAME_STEP
         try:
@@ -332,7 +333,7 @@ class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
         return observations, {}
 
     def _reset_instances(self, instances, seeds):
-        if not hasattr(self.env, "reset_instances"):
+        if not isinstance(self.env, InstanceReset):
             raise ValueError(f"per-sub-env seeds and reset_mask need a native batch "
                              f"(peregrine.make(name, ...)); {type(self.env).__name__} resets "
                              "all its envs at once: reset(seed=int) without reset_mask")

@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..envs.native.batch import EpisodeStats
+from ..envs.native.protocols import ExactState, StructuredRows, env_config
 from ..envs.registry import env_class
 from .common import merge_stats, unit_seed
 from .emulation import emulate
@@ -61,9 +62,9 @@ class EnvRecipe:
                     "envs_per_unit": 1 if self.is_native else int(unit.num_envs),
                     "stat_names": tuple(unit.stat_names),
                     # the env's own (nested, image) observation space the flat rows encode
-                    "structured_observation_space": getattr(
-                        unit, "structured_observation_space", None),
-                    "config": dict(getattr(unit, "config", {})) if self.is_native else {}}
+                    "structured_observation_space": unit.structured_observation_space
+                    if isinstance(unit, StructuredRows) else None,
+                    "config": env_config(unit) if self.is_native else {}}
         finally:
             unit.close()
 
@@ -116,7 +117,7 @@ class Block:
 
     # ---- exact state (native blocks only: one native batch per block) ------------
     def _native(self):
-        if len(self.units) != 1 or not hasattr(self.units[0], "get_state"):
+        if len(self.units) != 1 or not isinstance(self.units[0], ExactState):
             raise ValueError("exact state is only available for registered native envs")
         return self.units[0]
 

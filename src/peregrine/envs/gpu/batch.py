@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..native.batch import BUFFER_NAMES, EpisodeStats, NativeEnv, _ClosedBatch, resolve_seed
+from ..native.protocols import ObservationSlots
 
 if TYPE_CHECKING:   # torch is imported when a DeviceEnv is made, not with this module
     import torch
@@ -253,7 +254,7 @@ class DeviceEnv:
                           "single_state_space", "state_space"):
             setattr(self, attribute, getattr(host, attribute))
         self.states = self.final_states = None       # until enable_states()
-        if hasattr(host, "observation_slots"):
+        if isinstance(host, ObservationSlots):
             self.observation_slots = host.observation_slots
         arrays = _HostArrays(host._batch)
         if self.device.type == "cpu":

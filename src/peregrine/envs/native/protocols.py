@@ -17,8 +17,9 @@ the adapters test with `isinstance` (each is `runtime_checkable`):
   transfer instead of one per instance).
 * `GlobalState`: a global state per instance (`state_dim` > 0) that
   `enable_states` starts writing, for a centralised critic (train/critic_states.py).
-* `InstanceReset`: resetting chosen instances (`reset_instances`), which the
-  Gymnasium/PettingZoo exports use for per-env autoreset.
+* `InstanceReset`, `InstanceStats`: resetting chosen instances
+  (`reset_instances`) and their own episode statistics (`instance_stats`), which
+  the Gymnasium/PettingZoo exports use for per-env autoreset and infos.
 * `AgentMasks`, `StructuredRows`, `ObservationSlots`, `ActionMaskColumns`,
   `NamedStats`, `Configured`: what the rows mean beyond their shape (live agent
   rows, an emulated env's own observation space, repeated slots, valid-action
@@ -49,6 +50,7 @@ class Batch(Protocol):
 
     num_envs: int
     num_agents: int
+    agents_per_env: int
     single_observation_space: Any
     single_action_space: Any
     observations: Any
@@ -95,6 +97,13 @@ class GlobalState(Protocol):
     state_dim: int
 
     def enable_states(self, *args, **kwargs): ...
+
+
+@runtime_checkable
+class InstanceStats(Protocol):
+    """Per-instance statistics of the last finished episodes (instance_stats)."""
+
+    def instance_stats(self, clear: bool = True) -> tuple: ...
 
 
 @runtime_checkable
@@ -152,3 +161,8 @@ class Configured(Protocol):
     """The env config it was made with (a native env's resolved fields)."""
 
     config: dict
+
+
+def env_config(env) -> dict:
+    """The env config a batch was made with (a copy; {} for a batch without one)."""
+    return dict(env.config) if isinstance(env, Configured) else {}
