@@ -128,15 +128,15 @@ def run(args) -> int:
             raise ValueError(f"--resume {str(run_dir)!r} is a {config.env_name!r} run, not "
                              f"{args.env!r}")
     else:
-        run_dir = Path(args.run_dir) if args.run_dir else runs.new_run_dir(config)
+        run_dir = Path(args.run_dir) if args.run_dir else None   # None: named when it starts
     if args.nproc != 1 and where.launched:
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
     # The world size a resumed run was written by, from its checkpoint, read once.
     saved_ranks = _saved_world_size(args.resume) if args.resume and args.nproc != 1 else None
     if args.nproc == "auto":
         args.nproc, args.rank_overrides = _auto_ranks(config, saved_ranks)
-    if args.nproc != 1:
-        return _launch(args, config, run_dir, saved_ranks)
+    if args.nproc != 1:    # the ranks must share one directory: named here, before them
+        return _launch(args, config, run_dir or runs.new_run_dir(config), saved_ranks)
     if args.max_restarts:
         raise ValueError("--max-restarts needs --nproc (or torchrun's own --max-restarts)")
     quiet = where.launched and not where.is_main
@@ -163,9 +163,9 @@ def run(args) -> int:
               f"{config.vec.num_envs} envs{per_rank}, seed {config.train.seed}", flush=True)
     summary = None
     try:
-        summary = runs.train(config, run_dir, resume=bool(args.resume),
-                             progress=progress if mode == "plain" else None, on_start=on_start,
-                             overwrite=args.overwrite)
+        plan = runs.RunPlan(config, run_dir, bool(args.resume), args.overwrite, where)
+        summary = runs.train_plan(plan, progress=progress if mode == "plain" else None,
+                                  on_start=on_start)
     finally:
         if child.get("process") is not None:
             _finish_monitor(child["process"])

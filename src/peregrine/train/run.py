@@ -40,6 +40,7 @@ import os
 import signal
 import threading
 import time
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable, Sequence
@@ -89,6 +90,20 @@ class StopFlag:
         return self.requested
 
 
+@dataclass(frozen=True)
+class RunPlan:
+    """A run, decided once before it starts and passed down (the CLI builds it):
+    the resolved config, the run directory (None: a new name when the run starts,
+    rank 0's for every rank), whether it resumes from the checkpoint there, whether
+    a new run may move what the directory holds aside (run_dir.py), and this
+    process's place among the ranks."""
+    config: Config
+    run_dir: Path | None = None
+    resume: bool = False
+    overwrite: bool = False
+    place: distributed.Place = distributed.Place()
+
+
 def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
           progress: Callable[[dict], None] | None = None, stop: StopFlag | None = None,
           on_start: Callable[[Path], None] | None = None, overwrite: bool = False) -> dict:
@@ -99,18 +114,26 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume:
     With `resume=True`, `run_dir` must hold a checkpoint to continue from; without
     it, `run_dir` must be new or empty unless `overwrite` (run_dir.py).
     """
-    launched = distributed.place().launched
-    if launched:                   # a rank never outlives the launcher that started it
+    plan = RunPlan(config, None if run_dir is None else Path(run_dir), resume, overwrite,
+                   distributed.place())
+    return train_plan(plan, progress, stop, on_start)
+
+
+def train_plan(plan: RunPlan, progress: Callable[[dict], None] | None = None,
+               stop: StopFlag | None = None,
+               on_start: Callable[[Path], None] | None = None) -> dict:
+    """`train` for a RunPlan (see train)."""
+    if plan.place.launched:        # a rank never outlives the launcher that started it
         parent = os.getppid()
         die_with_parent(parent)
         watch_parent(parent)
-    dist = distributed.DataParallel(config) if launched else None
+    dist = distributed.DataParallel(plan.config) if plan.place.launched else None
     try:
         if dist is None:
-            return _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite)
+            return _train(plan, progress, stop, on_start, dist)
         # torchrun's error file: the launcher's failure summary shows the traceback.
         from torch.distributed.elastic.multiprocessing.errors import record
-        return record(_train)(config, run_dir, resume, progress, stop, on_start, dist, overwrite)
+        return record(_train)(plan, progress, stop, on_start, dist)
     except BaseException as error:
         if dist is not None and not isinstance(error, KeyboardInterrupt):
             dist.report_failure(error)
@@ -150,12 +173,21 @@ def _claim(run_dir: Path, resume: bool, overwrite: bool) -> tuple[RunLock, bool]
     return claim_new(run_dir, overwrite), False
 
 
-def _train(config, run_dir, resume, progress, stop, on_start, dist, overwrite) -> dict:
+def _run_directory(plan: RunPlan, dist) -> Path:
+    """The plan's run directory, or a new name (new_run_dir): rank 0's for every rank."""
+    name = plan.run_dir
+    if name is None and (dist is None or dist.is_main):
+        name = new_run_dir(plan.config)
+    if dist is not None:
+        name = dist.broadcast(None if name is None else str(name))
+    return Path(name)
+
+
+def _train(plan: RunPlan, progress, stop, on_start, dist) -> dict:
+    config, resume, overwrite = plan.config, plan.resume, plan.overwrite
     t = config.train
     main = dist is None or dist.is_main
-    if dist is not None:    # rank 0 names the run directory
-        run_dir = dist.broadcast(None if run_dir is None else str(run_dir))
-    run_dir = Path(run_dir) if run_dir is not None else new_run_dir(config)
+    run_dir = _run_directory(plan, dist)
     lock = None
 
     def claim():
