@@ -69,7 +69,7 @@ part of the env's work not hidden behind the other half's forward);
 minus that wait; for worker processes, whose busy time is theirs, the steps'
 time in flight). `forward` stays the rest of the rollout.
 
-Not available with vec.split (refused by config validation or here, by name):
+Not available with vec.split (refused by the compatibility table, config.INCOMPATIBLE):
 kickstarting, train.overlap, device batches, several ranks.
 """
 from __future__ import annotations
