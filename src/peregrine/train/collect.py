@@ -381,20 +381,17 @@ class SplitPipeline:
         """Restores `state_dict`'s output (the shared statistics are loaded once per
         half: the same values)."""
         reward = state.get("reward_scaler")
-        begin = 0
-        for pipeline in self.pipelines:
-            part = state
-            if reward is not None and pipeline.reward_scaler is not None:
-                returns = torch.as_tensor(reward["returns"])
-                total = sum(int(p.reward_scaler.returns.shape[0]) for p in self.pipelines)
-                if returns.dim() != 1 or returns.shape[0] != total:
-                    raise ValueError(f"reward scaler has {returns.shape[0] if returns.dim() else 0}"
-                                     f" rows, this run has {total}")
-                rows = int(pipeline.reward_scaler.returns.shape[0])
-                part = {**state, "reward_scaler": {**reward,
-                                                   "returns": returns[begin:begin + rows]}}
-                begin += rows
-            pipeline.load_state_dict(part)
+        if reward is None or self.reward_scaler is None:
+            for pipeline in self.pipelines:
+                pipeline.load_state_dict(state)
+            return
+        returns = torch.as_tensor(reward["returns"])
+        rows = [int(pipeline.reward_scaler.returns.shape[0]) for pipeline in self.pipelines]
+        if returns.dim() != 1 or returns.shape[0] != sum(rows):
+            raise ValueError(f"reward scaler has {returns.shape[0] if returns.dim() else 0} "
+                             f"rows, this run has {sum(rows)}")
+        for pipeline, part in zip(self.pipelines, returns.split(rows)):
+            pipeline.load_state_dict({**state, "reward_scaler": {**reward, "returns": part}})
 
 
 class SplitCollector:

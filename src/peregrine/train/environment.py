@@ -66,11 +66,7 @@ def split_blocks(env, count: int = 2) -> list:
     alone, or a Multiprocessing env's worker groups (`count` groups of consecutive
     workers, started and waited for separately)."""
     from ..vector.processes import Multiprocessing
-    if isinstance(env, Multiprocessing):
-        if env.num_workers % count:
-            raise ValueError(f"vec.split = {count} steps groups of worker processes: "
-                             f"vec.num_workers ({env.num_workers}) must be a multiple of "
-                             f"{count}")
+    if isinstance(env, Multiprocessing):      # an even num_workers: config validation
         return env.worker_groups(count)
     return [block.units[0] for block in env.blocks]     # make_env's Serial of native blocks
 

@@ -78,7 +78,7 @@ from collections import deque
 
 import torch
 
-from ..envs.native.protocols import DEFAULT_STATS, NamedStats, ObservationSlots
+from ..envs.native.protocols import ObservationSlots, stat_names
 from . import compiling
 from . import environment
 from . import torch_startup
@@ -306,7 +306,7 @@ class Trainer:
         self.episodes = 0
         self.recent_episodes: deque = deque(maxlen=256)   # (count, mean return) per update
         self.exact_resume = environment.supports_exact_resume(env)
-        self.stat_names = tuple(env.stat_names) if isinstance(env, NamedStats) else DEFAULT_STATS
+        self.stat_names = stat_names(env)
         # Memory, CPU, GPU and time to first result, sampled once per record (resources.py).
         self.resources = ResourceProbe(self.device)
 

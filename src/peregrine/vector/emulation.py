@@ -37,11 +37,11 @@ from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import Buffers, EpisodeStats, NativeEnv
-from ..envs.native.protocols import Batch, NamedStats
+from ..envs.native.protocols import DEFAULT_STATS, Batch, stat_names
 from .common import BUFFER_NAMES, buffers_layout
 from .spaces import FlatAction, FlatObservation
 
-STAT_NAMES = ("episode_return", "episode_length")
+STAT_NAMES = DEFAULT_STATS     # what an emulated Gymnasium/PettingZoo env reports
 
 
 def is_parallel_env(env) -> bool:
@@ -403,7 +403,7 @@ class CopiedBatch(_Unit):
         if env.num_agents != self.num_agents:
             raise ValueError(f"native env reports num_agents={env.num_agents}, expected "
                              f"num_envs * agents_per_env = {self.num_agents}")
-        self.stat_names = tuple(env.stat_names) if isinstance(env, NamedStats) else STAT_NAMES
+        self.stat_names = stat_names(env)
         self.reset(seed)
 
     def _copy_out(self):

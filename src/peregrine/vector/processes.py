@@ -789,10 +789,7 @@ class Multiprocessing(VectorBase):
             self._check_actions(actions, rows)
             self.actions[self._rows(batch)] = actions
         self._inflight.extend(batch)  # first: an interrupted loop below loses nothing
-        for worker in batch:
-            handle = self._workers[worker]
-            handle.flag[0] = STEP
-            handle.wake.release()
+        self._command_step(batch)
 
     def recv(self) -> tuple:
         """(observations, rewards, terminals, truncations, infos, env_ids, masks) of
@@ -866,6 +863,11 @@ class Multiprocessing(VectorBase):
         if self._unsettled:
             self._settle(include_async=False)
         self._inflight.extend(workers)   # first: an interrupted loop below loses nothing
+        self._command_step(workers)
+
+    def _command_step(self, workers) -> None:
+        """Sets `workers` stepping (their actions already in place); the caller has
+        recorded them as in flight."""
         for worker in workers:
             handle = self._workers[worker]
             handle.flag[0] = STEP

@@ -156,6 +156,11 @@ class NamedStats(Protocol):
 DEFAULT_STATS = ("episode_return", "episode_length")
 
 
+def stat_names(env) -> tuple:
+    """The names of a batch's episode statistics (DEFAULT_STATS without NamedStats)."""
+    return tuple(env.stat_names) if isinstance(env, NamedStats) else DEFAULT_STATS
+
+
 @runtime_checkable
 class Configured(Protocol):
     """The env config it was made with (a native env's resolved fields)."""
