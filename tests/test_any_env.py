@@ -93,6 +93,19 @@ def test_the_cli_answers_a_missing_package_with_one_line(tmp_path):
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and "pip install peregrine_missing_simulator" in lines[0]
+    assert not (tmp_path / "run").exists()      # the run directory it made is gone again
+
+
+def test_a_misspelt_module_names_what_is_there_and_a_missing_one_the_path():
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("peregrine.no_such_module:make")()
+    message = str(caught.value)
+    assert "there is no module 'peregrine.no_such_module'" in message
+    assert "peregrine has: " in message and " envs," in message and "pip install" not in message
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("peregrine_no_such_module:make")()
+    assert "no module 'peregrine_no_such_module' on the Python path" in str(caught.value)
+    assert "PYTHONPATH" in str(caught.value)
 
 
 def test_wrappers_are_config_applied_in_order():

@@ -37,6 +37,7 @@ updates that are redone.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 import time
@@ -188,6 +189,10 @@ def _train(plan: RunPlan, progress, stop, on_start, dist) -> dict:
     t = config.train
     main = dist is None or dist.is_main
     run_dir = _run_directory(plan, dist)
+    # A new directory that this run made is removed again if the run fails before its
+    # trainer exists (an env that cannot be made, a bad setting only the trainer sees):
+    # a typo leaves no empty run behind. A directory that existed is left as it is.
+    made_here = main and not resume and not run_dir.exists()
     lock = None
 
     def claim():
@@ -279,6 +284,8 @@ def _train(plan: RunPlan, progress, stop, on_start, dist) -> dict:
             dist.stop_source = None
         if trainer is not None:
             trainer.close()
+        if made_here and lock is not None and trainer is None and status == "crashed":
+            shutil.rmtree(run_dir, ignore_errors=True)     # still under this run's lock
         if lock is not None:
             lock.release()
 

@@ -29,6 +29,7 @@ A package that is missing is a one-line error naming what to install.
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Any, Callable
 
 GYM_PREFIX = "gym:"
@@ -116,7 +117,25 @@ def _import(module: str, for_name: str):
 
 
 def _missing(error: ModuleNotFoundError, for_name: str) -> str:
-    top = (error.name or "").split(".")[0]
+    """The one line for a module that does not import: the package to install; where
+    the package is there and one of its modules is not (a misspelt PettingZoo env or
+    factory module), the modules that package does have; where the module a factory
+    path names is nowhere, how to put it on the path."""
+    missing = error.name or ""
+    top = missing.split(".")[0]
+    if "." in missing and importlib.util.find_spec(top) is not None:
+        parent = missing.rpartition(".")[0]
+        try:
+            import pkgutil
+            found = sorted(info.name for info in pkgutil.iter_modules(
+                importlib.import_module(parent).__path__) if not info.name.startswith("_"))
+        except (ImportError, AttributeError):
+            found = []
+        listed = f"; {parent} has: {', '.join(found)}" if found else ""
+        return f"env {for_name!r}: there is no module {missing!r}{listed}"
+    if top and top not in INSTALL_HINTS and for_name.partition(":")[0].split(".")[0] == top:
+        return (f"env {for_name!r}: no module {top!r} on the Python path: install it, or "
+                f"put its folder on PYTHONPATH (PYTHONPATH=. for a {top}.py here)")
     hint = INSTALL_HINTS.get(top, f"pip install {top}" if top else "install it")
     return f"env {for_name!r} needs the package {top!r}, which is not installed: {hint}"
 
