@@ -455,7 +455,7 @@ class Acceptance:
         if stage.status == "passed" and (not runs or any(run.get("error") for run in runs)):
             stage.status = "failed"
 
-    # ---- the report ----    # ---- the report ----
+    # ---- the report ----
     def run(self) -> int:
         sampler, samples = None, self.out / "d_gpu_samples.csv"
         try:
@@ -1046,13 +1046,18 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
             "compiled": getattr(trainer, "compiled", None)}
 
 
+FRESH_SEEDS = (11, 12, 13, 14, 15)     # stage g's training seeds, none used in tuning
+
+
 def learning_plan(tiny: bool) -> list[dict]:
     """Stage g: DroneSwarm's recipes at budgets the CPU cannot reach, on the device.
     GPU-sized: 16x the shipped instances (2,048 of the default preset's 8 drones: 1M
     samples per update) with the minibatch grown alike, so each update keeps its
     eight minibatches and three epochs (a sixteenth of the gradient steps per sample).
     Five seeds of `global` at 100M agent steps each, evaluated on 64 episodes (seed 0);
-    then `wilderness` timed to a success rate of 99%; then `obstacles-global`."""
+    then `wilderness` timed to a success rate of 99%; then `obstacles-global`. The seeds
+    are fresh (FRESH_SEEDS): the recipes were chosen on seeds 1-5, and a recipe is
+    judged on seeds it never saw."""
     if tiny:
         size = [("vec.num_envs", 2), ("train.horizon", 32), ("train.minibatch_size", 128)]
         return [dict(name="global, seed 1", variant="global", seed=1, steps=512,
@@ -1062,12 +1067,13 @@ def learning_plan(tiny: bool) -> list[dict]:
     scale = 16
     size = [("vec.num_envs", 128 * scale), ("train.minibatch_size", 8192 * scale)]
     runs = [dict(name=f"global, seed {seed}", variant="global", seed=seed, steps=100_000_000,
-                 episodes=64, overrides=size) for seed in (1, 2, 3, 4, 5)]
-    runs.insert(1, dict(name="wilderness to 99% success", variant="wilderness", seed=1,
+                 episodes=64, overrides=size) for seed in FRESH_SEEDS]
+    runs.insert(1, dict(name="wilderness to 99% success", variant="wilderness",
+                        seed=FRESH_SEEDS[0],
                         steps=100_000_000, seconds=45.0, target=0.99, overrides=size))
     runs += [dict(name=f"obstacles-global, seed {seed}", variant="obstacles-global",
                   seed=seed, steps=100_000_000, episodes=64, overrides=size)
-             for seed in (1, 2, 3, 4, 5)]
+             for seed in FRESH_SEEDS]
     return runs
 
 
