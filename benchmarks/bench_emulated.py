@@ -15,6 +15,10 @@ Subcommands (run from the repository root with the project's venv):
       python benchmarks/bench_emulated.py learn --env lunarlander --seeds 1,2,3 \
           --steps 1000000 --libs peregrine,sb3 --out benchmarks/results/emulated/learn.jsonl
 
+  phases   where one update's time goes (collecting, learning) for both libraries with the
+           zoo's PPO shape, envs in-process for both, alternating windows, medians.
+      python benchmarks/bench_emulated.py phases --env acrobot --out phases_acrobot.json
+
   summary  markdown table (every seed, median and worst) of one or more learn JSONL files.
       python benchmarks/bench_emulated.py summary benchmarks/results/emulated/learn*.jsonl
 
@@ -485,13 +489,32 @@ def curve_mean(points, window: int = TARGET_WINDOW):
     return total / count if count else None
 
 
-def learn_sb3(key: str, seed: int, steps: int) -> dict:
+def sb3_zoo_model(key: str, seed: int):
+    """SB3 PPO with the zoo's values for `key`, and its vec env (DummyVecEnv, the zoo's
+    default, one process; Monitor added by make_vec_env; VecNormalize where the zoo
+    normalises)."""
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import DummyVecEnv, VecNormalize
     zoo = ZOO_PPO[key]
     hyper = dict(zoo["hyperparams"])
+    venv = make_vec_env(gym_factory(zoo["env_id"], {}, []), n_envs=zoo["n_envs"], seed=seed,
+                        vec_env_cls=DummyVecEnv)
+    if zoo["normalize"]:
+        venv = VecNormalize(venv, gamma=hyper["gamma"])     # zoo: normalize_kwargs gamma
+    policy_kwargs = dict(zoo.get("policy_kwargs", {}))
+    if policy_kwargs.get("activation") == "relu":
+        import torch
+        policy_kwargs["activation_fn"] = torch.nn.ReLU
+    policy_kwargs.pop("activation", None)
+    if policy_kwargs:
+        hyper["policy_kwargs"] = policy_kwargs
+    return PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hyper), venv
+
+
+def learn_sb3(key: str, seed: int, steps: int) -> dict:
+    from stable_baselines3.common.callbacks import BaseCallback
+    zoo = ZOO_PPO[key]
     target = TARGETS[key]
 
     class Curve(BaseCallback):
@@ -520,19 +543,7 @@ def learn_sb3(key: str, seed: int, steps: int) -> dict:
                     self.target_step = self.num_timesteps
 
     started = time.perf_counter()
-    # rl-zoo's default vec_env is DummyVecEnv (one process); Monitor added by make_vec_env
-    venv = make_vec_env(gym_factory(zoo["env_id"], {}, []), n_envs=zoo["n_envs"], seed=seed,
-                        vec_env_cls=DummyVecEnv)
-    if zoo["normalize"]:
-        venv = VecNormalize(venv, gamma=hyper["gamma"])     # zoo: normalize_kwargs gamma
-    policy_kwargs = dict(zoo.get("policy_kwargs", {}))
-    if policy_kwargs.get("activation") == "relu":
-        import torch
-        policy_kwargs["activation_fn"] = torch.nn.ReLU
-    policy_kwargs.pop("activation", None)
-    if policy_kwargs:
-        hyper["policy_kwargs"] = policy_kwargs
-    model = PPO("MlpPolicy", venv, seed=seed, device="cpu", verbose=0, **hyper)
+    model, venv = sb3_zoo_model(key, seed)
     curve = Curve()
     loop_started = time.perf_counter()
     model.learn(steps, callback=curve)
@@ -605,6 +616,56 @@ def cmd_learn(args) -> None:
             print(json.dumps({k: row.get(k) for k in ("library", "env", "seed", "eval_return",
                                                        "train_wall_seconds", "target_seconds",
                                                        "error")}), flush=True)
+
+
+# =============================================================================================
+# phases: where an update's time goes, both libraries, the zoo's PPO shape
+# =============================================================================================
+
+def cmd_phases(args) -> None:
+    """Both learners built with the zoo's values for --env (Peregrine from
+    benchmarks/configs/<env>.toml, its envs stepped in-process as SB3's DummyVecEnv does),
+    then alternating windows of one update each: Peregrine's own time split (env, forward,
+    learn) and SB3's rollout and train() timed apart. Medians over the windows."""
+    set_torch_threads()
+    from peregrine.train.config import load_config
+    from peregrine.train.ppo import Trainer
+    config_file = Path(args.config) if args.config else CONFIGS / f"{args.env}.toml"
+    config = load_config(f"gym:{ZOO_PPO[args.env]['env_id']}", str(config_file),
+                         [("vec.backend", "serial"), ("train.seed", 1),
+                          ("train.tensorboard", False)])
+    trainer = Trainer(config)
+    model, venv = sb3_zoo_model(args.env, 1)
+    samples = model.n_steps * model.n_envs
+    model.learn(samples)                      # warm-up: one rollout and train() each
+    trainer.update()
+    peregrine, sb3 = [], []
+    for _ in range(args.windows):
+        split = trainer.update()["time_split"]
+        peregrine.append({"collect": split["env"] + split["forward"], "learn": split["learn"]})
+        started = time.perf_counter()
+        model.learn(samples, reset_num_timesteps=False)        # one rollout + one train()
+        both = time.perf_counter() - started
+        started = time.perf_counter()
+        model.train()                                           # train() alone, timed
+        train = time.perf_counter() - started
+        sb3.append({"collect": both - train, "learn": train})
+    trainer.close()
+    venv.close()
+    minibatches = config.train.update_epochs * (samples // config.train.minibatch_size)
+    result = {"env": args.env, "samples_per_update": samples, "minibatches": minibatches,
+              "windows": args.windows, "machine": machine()}
+    for name, rows in (("peregrine", peregrine), ("sb3", sb3)):
+        result[name] = {phase: statistics.median(row[phase] for row in rows)
+                        for phase in ("collect", "learn")}
+    write_json(args.out, result)
+    p, b = result["peregrine"], result["sb3"]
+    print(f"{args.env}: {samples} samples, {minibatches} minibatches per update (medians of "
+          f"{args.windows})\n| phase | Peregrine s | SB3 s | Peregrine / SB3 |\n|---|---:|---:|---:|")
+    for phase in ("collect", "learn"):
+        print(f"| {phase} | {p[phase]:.3f} | {b[phase]:.3f} | {p[phase] / b[phase]:.2f}x |")
+    total_p, total_b = p["collect"] + p["learn"], b["collect"] + b["learn"]
+    print(f"| update | {total_p:.3f} | {total_b:.3f} | {total_p / total_b:.2f}x |")
 
 
 # =============================================================================================
@@ -683,6 +744,13 @@ def main(argv=None) -> None:
     learn.add_argument("--tag", default=None, help="free label stored in each row")
     learn.add_argument("--out", required=True, help="JSONL file to append to")
     learn.set_defaults(func=cmd_learn)
+    phases = sub.add_parser("phases", help="time per update phase, both libraries")
+    phases.add_argument("--env", required=True, choices=sorted(ZOO_PPO))
+    phases.add_argument("--config", default=None,
+                        help="Peregrine config (default benchmarks/configs/<env>.toml)")
+    phases.add_argument("--windows", type=int, default=5)
+    phases.add_argument("--out", required=True, help="JSON file to write")
+    phases.set_defaults(func=cmd_phases)
     summary = sub.add_parser("summary", help="markdown table of learn JSONL files")
     summary.add_argument("files", nargs="+")
     summary.add_argument("--tag", default=None)
