@@ -139,10 +139,21 @@ def gym_factory(env_id: str, kwargs: dict, wrappers: list):
 # speed
 # =============================================================================================
 
-def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, split: int = 1) -> dict:
+# Peregrine's ways to run the same training: lib name -> its settings over the setup's.
+PEREGRINE_VARIANTS = {
+    "peregrine": [],
+    # the two workers as halves, each stepped beside the other's forward
+    "peregrine_split": [("vec.split", 2)],
+    # an actor process steps the envs (in itself) while this one learns
+    "peregrine_overlap": [("train.overlap", True), ("vec.backend", "serial"),
+                          ("vec.num_workers", 1)],
+}
+
+
+def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, variant: str = "peregrine") -> dict:
     """Training SPS of Peregrine over `measure_updates` updates after `warmup_updates`,
-    from metrics.jsonl (global_step and elapsed of the update records); `split` is
-    vec.split (2: the two workers as halves stepped beside each other's forward)."""
+    from metrics.jsonl (global_step and elapsed of the update records), run as
+    PEREGRINE_VARIANTS[variant] says."""
     from peregrine.train.config import load_config
     from peregrine.train.run import train
     batch = setup["num_envs"] * setup["horizon"]
@@ -150,7 +161,7 @@ def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, split: int = 1) -
     overrides = [
         ("env.wrappers", setup["wrappers"]),
         ("vec.backend", "multiprocessing"), ("vec.num_envs", setup["num_envs"]),
-        ("vec.num_workers", 2), ("vec.split", split),
+        ("vec.num_workers", 2),
         ("train.total_steps", batch * updates), ("train.horizon", setup["horizon"]),
         ("train.minibatch_size", setup["minibatch"]), ("train.update_epochs", setup["epochs"]),
         ("train.learning_rate", 3e-4), ("train.anneal_lr", False),
@@ -158,7 +169,7 @@ def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, split: int = 1) -
         ("train.checkpoint_interval", 0), ("train.progress_interval", 1000),
         ("train.seed", seed),
         ("policy.num_layers", setup["layers"]),
-    ]
+    ] + PEREGRINE_VARIANTS[variant]
     if not setup["cnn"]:
         overrides += [("policy.hidden_size", setup["hidden"]), ("policy.activation", "tanh")]
     config = load_config(f"gym:{setup['env_id']}", None, overrides)
@@ -310,17 +321,17 @@ def cmd_speed(args) -> None:
                 setup["num_envs"] = args.num_envs
             result["settings"][key] = {k: v for k, v in setup.items()}
             result["settings"][key]["env_only_num_envs"] = args.env_num_envs
-            libs = ["peregrine", "sb3"] + (["peregrine_split"] if args.split else [])
+            libs = ["peregrine", "sb3"] + (["peregrine_split"] if args.split else []) \
+                + (["peregrine_overlap"] if args.overlap else [])
             windows = {lib: [] for lib in libs}
             for window in range(args.windows):
                 for lib in (libs if window % 2 == 0 else libs[::-1]):
                     if args.skip_train:
                         continue
                     if lib.startswith("peregrine"):
-                        split = 2 if lib == "peregrine_split" else 1
                         got = recorded(f"[train] {key} window {window} {lib}", lambda: (
                             peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}",
-                                                split)))
+                                                lib)))
                     else:
                         got = recorded(f"[train] {key} window {window} {lib}",
                                        lambda: sb3_train_sps(setup, window))
@@ -390,10 +401,12 @@ def speed_markdown(result: dict) -> str:
         policy = "Nature CNN" if s["cnn"] else f"MLP {s['hidden']}x{s['layers']} tanh"
         lines.append(f"| {s['env_id']} | {s['num_envs']} | {s['horizon']} | {s['minibatch']} | "
                      f"{s['epochs']} | {policy} | {fmt(pg)} | {fmt(sb)} | {ratio(pg, sb)} |")
-        if "peregrine_split" in row:
-            both = row["peregrine_split"]["best_sps"]
-            lines.append(f"| (vec.split 2) | | | | | | {fmt(both)} | | {ratio(both, sb)}; "
-                         f"split / no split {ratio(both, pg)} |")
+        for lib, label in (("peregrine_split", "vec.split 2"),
+                           ("peregrine_overlap", "train.overlap")):
+            if lib in row:
+                other = row[lib]["best_sps"]
+                lines.append(f"| ({label}) | | | | | | {fmt(other)} | | {ratio(other, sb)}; "
+                             f"/ plain Peregrine {ratio(other, pg)} |")
     lines += ["", "### Env-only SPS, random actions (best of %d windows)" % result["windows"], ""]
     backends = sorted({b for row in result["env_only"].values() for b in row},
                       key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp"].index)
@@ -730,6 +743,9 @@ def main(argv=None) -> None:
     speed.add_argument("--skip-env-only", action="store_true")
     speed.add_argument("--split", action="store_true",
                        help="also train Peregrine with vec.split 2 (its two workers as halves)")
+    speed.add_argument("--overlap", action="store_true",
+                       help="also train Peregrine with train.overlap (an actor process steps "
+                            "the envs while this one learns)")
     speed.set_defaults(func=cmd_speed)
     learn = sub.add_parser("learn", help="learning curves and final returns")
     learn.add_argument("--env", required=True, choices=sorted(ZOO_PPO))

@@ -166,10 +166,28 @@ def _running(pid) -> bool:
     (("policy.lstm", True), "policy.lstm"),
     (("train.normalize_obs", True), "train.normalize_obs"),
     (("train.teacher", "cartpole_balance"), "train.teacher"),
+    (("vec.backend", "multiprocessing"), "vec.backend = 'multiprocessing'"),
 ])
 def test_unsupported_combinations_are_refused_by_name(extra, named):
     with pytest.raises(ValueError, match=named):
         small_config(extra)
+
+
+def test_an_emulated_env_steps_in_the_actor():
+    """An emulated env's "auto" backend is serial under overlap (the actor, a process of
+    the learner's, cannot start worker processes); it trains and the config says so."""
+    config = load_config("gym:CartPole-v1", overrides=[
+        ("train.overlap", True), ("vec.num_envs", 4), ("train.horizon", 32),
+        ("train.minibatch_size", 64), ("train.total_steps", 256)])
+    assert config.vec.backend == "serial"
+    assert load_config("gym:CartPole-v1").vec.backend == "multiprocessing"
+    trainer = OverlapTrainer(config)
+    try:
+        for _ in range(2):
+            record = trainer.update()
+        assert record["global_step"] == 256 and record["time_split"]["env"] > 0
+    finally:
+        trainer.close()
 
 
 def test_importance_weighted_gae():
