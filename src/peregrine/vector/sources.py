@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import importlib
 import importlib.util
+import pkgutil
 from typing import Any, Callable
 
 GYM_PREFIX = "gym:"
@@ -126,7 +127,6 @@ def _missing(error: ModuleNotFoundError, for_name: str) -> str:
     if "." in missing and importlib.util.find_spec(top) is not None:
         parent = missing.rpartition(".")[0]
         try:
-            import pkgutil
             found = sorted(info.name for info in pkgutil.iter_modules(
                 importlib.import_module(parent).__path__) if not info.name.startswith("_"))
         except (ImportError, AttributeError):
