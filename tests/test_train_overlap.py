@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -181,6 +182,8 @@ def test_an_emulated_env_steps_in_the_actor():
         ("train.minibatch_size", 64), ("train.total_steps", 256)])
     assert config.vec.backend == "serial"
     assert load_config("gym:CartPole-v1").vec.backend == "multiprocessing"
+    with pytest.raises(ValueError, match="an env callable without an import path"):
+        load_config(lambda: gym.make("CartPole-v1"), overrides=[("train.overlap", True)])
     trainer = OverlapTrainer(config)
     try:
         for _ in range(2):

@@ -539,6 +539,7 @@ FEATURES = {
     "vec.backend = 'device'": lambda c: c.vec.backend == "device",
     "vec.backend = 'serial'": lambda c: c.vec.backend == "serial",
     "vec.backend = 'multiprocessing'": lambda c: c.vec.backend == "multiprocessing",
+    "an env callable without an import path": lambda c: c.env_factory is not None,
 }
 AN_ENV_OBJECT, SEVERAL_RANKS = "an env object", "several ranks"
 
@@ -548,7 +549,8 @@ AN_ENV_OBJECT, SEVERAL_RANKS = "an env object", "several ranks"
 INCOMPATIBLE = (
     ("train.overlap", ("policy.lstm", "train.normalize_obs", "train.normalize_reward",
                        "train.teacher", "vec.backend = 'device'", "train.device other than cpu",
-                       "vec.backend = 'multiprocessing'", AN_ENV_OBJECT, SEVERAL_RANKS),
+                       "vec.backend = 'multiprocessing'", "an env callable without an import path",
+                       AN_ENV_OBJECT, SEVERAL_RANKS),
      "its actor process makes its own env from the config and steps it itself, as it "
      "cannot start worker processes (vec.backend 'auto' is 'serial' for an emulated env "
      "then), and runs a feed-forward CPU policy without normalisers: overlap.py"),
