@@ -456,11 +456,13 @@ def moving_target_time(points: list, target: float, window: int = TARGET_WINDOW)
     return None, None
 
 
-def learn_peregrine(key: str, seed: int, steps: int, run_dir: Path, config_file: Path) -> dict:
+def learn_peregrine(key: str, seed: int, steps: int, run_dir: Path, config_file: Path,
+                    overrides=()) -> dict:
+    """`overrides`: ("SECTION.KEY", "VALUE") pairs over the config file (--set)."""
     from peregrine.train.config import load_config
     from peregrine.train.run import train
     env_name = f"gym:{ZOO_PPO[key]['env_id']}"
-    config = load_config(env_name, str(config_file), [("train.seed", seed),
+    config = load_config(env_name, str(config_file), [*overrides, ("train.seed", seed),
                                                       ("train.total_steps", steps),
                                                       ("train.tensorboard", False)])
     started = time.perf_counter()
@@ -604,6 +606,13 @@ def cmd_learn(args) -> None:
     libs = args.libs.split(",")
     config_file = Path(args.config) if args.config else CONFIGS / f"{args.env}.toml"
     run_root = Path(args.run_root)
+    overrides = []
+    for item in args.set:
+        key, equals, value = item.partition("=")
+        if not equals or "." not in key:
+            raise SystemExit(f"--set takes SECTION.KEY=VALUE, got {item!r}")
+        overrides.append((key, value))
+    label = f"-{args.tag}" if args.tag else ""
     for seed in seeds:
         for lib in libs:
             row = {"library": lib, "env": args.env, "env_id": ZOO_PPO[args.env]["env_id"],
@@ -612,9 +621,11 @@ def cmd_learn(args) -> None:
                    "loadavg_at_start": os.getloadavg()}
             try:
                 if lib == "peregrine":
+                    if overrides:
+                        row["overrides"] = dict(overrides)
                     row.update(learn_peregrine(args.env, seed, args.steps,
-                                               run_root / f"peregrine-{args.env}-s{seed}",
-                                               config_file))
+                                               run_root / f"peregrine-{args.env}{label}-s{seed}",
+                                               config_file, overrides))
                 elif lib == "sb3":
                     row.update(learn_sb3(args.env, seed, args.steps))
                 else:
@@ -757,7 +768,11 @@ def main(argv=None) -> None:
     learn.add_argument("--run-root", default=os.path.join(tempfile.gettempdir(),
                                                           "bench_emulated_runs"),
                        help="where Peregrine's run directories go (not the repository)")
-    learn.add_argument("--tag", default=None, help="free label stored in each row")
+    learn.add_argument("--tag", default=None, help="free label stored in each row (and in "
+                                                   "Peregrine's run directory name)")
+    learn.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
+                       help="Peregrine config value over --config, e.g. policy.init=torch "
+                            "(repeatable; stored in each row)")
     learn.add_argument("--out", required=True, help="JSONL file to append to")
     learn.set_defaults(func=cmd_learn)
     phases = sub.add_parser("phases", help="time per update phase, both libraries")

@@ -48,3 +48,32 @@ def test_the_value_loss_clipped_or_not():
     _, clipped = ppo_loss(evaluation, batch, config(clip_vloss=True, clip_coef=0.2))
     # old values 0: the clipped predictions 0.2 and -0.2 are worse, so the larger error counts
     assert clipped.value_loss == pytest.approx(0.5 * ((2.0 - 0.2) ** 2 + 9.0) / 2)
+
+
+def test_policy_init_torch_keeps_pytorch_defaults_and_orthogonal_is_the_default():
+    import math
+
+    import gymnasium as gym
+    import numpy as np
+    import torch
+
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy
+    observations = gym.spaces.Box(-1, 1, (17,), np.float32)
+    actions = gym.spaces.Box(-1, 1, (6,), np.float32)
+    torch.manual_seed(0)
+    orthogonal = Policy(observations, actions, PolicyConfig(hidden_size=32))
+    torch.manual_seed(0)
+    default = Policy(observations, actions, PolicyConfig(hidden_size=32, init="torch"))
+    for policy, zero_biases in ((orthogonal, True), (default, False)):
+        linears = [m for m in policy.modules() if isinstance(m, torch.nn.Linear)]
+        assert len(linears) == 6            # two hidden layers each side, two heads
+        for layer in linears:
+            assert bool((layer.bias == 0).all()) == zero_biases
+    head = orthogonal.actor_head.weight     # orthogonal rows scaled by the head's gain 0.01
+    assert torch.allclose(head @ head.T, 1e-4 * torch.eye(6), atol=1e-7)
+    for layer in (m for m in default.modules() if isinstance(m, torch.nn.Linear)):
+        bound = 1 / math.sqrt(layer.in_features)     # kaiming-uniform, a = sqrt(5)
+        assert float(layer.weight.detach().abs().max()) <= bound
+    assert float(default.actor_head.weight.detach().abs().max()) > 0.05  # not the 0.01-gain head
+    assert torch.equal(default.log_std, torch.zeros(6))         # init_log_std is kept

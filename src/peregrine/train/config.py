@@ -121,6 +121,9 @@ class PolicyConfig:
     lstm_size: int = 64
     bptt_horizon: int = 16           # truncated backprop length (must divide train.horizon)
     init_log_std: float = 0.0        # Gaussian heads: initial log standard deviation
+    init: str = "orthogonal"         # layer weights: "orthogonal" (gain sqrt 2, heads 0.01 and
+    #                                  1, biases 0) | "torch": PyTorch's own per-layer defaults
+    #                                  (SB3's ortho_init=False, the RL Zoo's MuJoCo setting)
     encoder: str = "auto"            # observations of an emulated env (encoders.py): "auto" =
     #                                  chosen from its space (a CNN for images, one-hot for
     #                                  discrete leaves, one part per Dict key) | "flat" = the
@@ -146,6 +149,7 @@ CHOICES = {
     ("train", "dist_backend"): ("auto", "gloo", "nccl", "shm"),
     ("train", "track"): ("none", "wandb"),
     ("policy", "activation"): ("tanh", "relu"),
+    ("policy", "init"): ("orthogonal", "torch"),
     ("policy", "action_mask"): ("auto", "false"),
     ("policy", "critic"): ("local", "global", "state"),
     ("policy", "slot_encoder"): ("none", "deepsets"),
