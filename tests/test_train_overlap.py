@@ -167,30 +167,49 @@ def _running(pid) -> bool:
     (("policy.lstm", True), "policy.lstm"),
     (("train.normalize_obs", True), "train.normalize_obs"),
     (("train.teacher", "cartpole_balance"), "train.teacher"),
-    (("vec.backend", "multiprocessing"), "vec.backend = 'multiprocessing'"),
 ])
 def test_unsupported_combinations_are_refused_by_name(extra, named):
     with pytest.raises(ValueError, match=named):
         small_config(extra)
 
 
-def test_an_emulated_env_steps_in_the_actor():
-    """An emulated env's "auto" backend is serial under overlap (the actor, a process of
-    the learner's, cannot start worker processes); it trains and the config says so."""
-    config = load_config("gym:CartPole-v1", overrides=[
-        ("train.overlap", True), ("vec.num_envs", 4), ("train.horizon", 32),
-        ("train.minibatch_size", 64), ("train.total_steps", 256)])
+def test_an_emulated_env_steps_in_the_actor_or_in_its_own_workers():
+    """An emulated env's "auto" backend is serial under overlap (the actor steps it);
+    "multiprocessing" gives the actor worker processes of its own, which leave with it,
+    and the same seed trains to the same losses either way."""
+    overrides = [("train.overlap", True), ("vec.num_envs", 4), ("train.horizon", 32),
+                 ("train.minibatch_size", 64), ("train.total_steps", 256)]
+    config = load_config("gym:CartPole-v1", overrides=overrides)
     assert config.vec.backend == "serial"
     assert load_config("gym:CartPole-v1").vec.backend == "multiprocessing"
     with pytest.raises(ValueError, match="an env callable without an import path"):
         load_config(lambda: gym.make("CartPole-v1"), overrides=[("train.overlap", True)])
-    trainer = OverlapTrainer(config)
-    try:
-        for _ in range(2):
-            record = trainer.update()
-        assert record["global_step"] == 256 and record["time_split"]["env"] > 0
-    finally:
-        trainer.close()
+    losses = {}
+    for backend in ("serial", "multiprocessing"):
+        trainer = OverlapTrainer(load_config("gym:CartPole-v1", overrides=[
+            *overrides, ("vec.backend", backend), ("vec.num_workers", 1 + (backend != "serial"))]))
+        try:
+            losses[backend] = run_updates(trainer, 2)
+            workers = [child for child in _children(trainer.actor.pid)     # spawned, not
+                       if "spawn_main" in _command_line(child)]        # the shm tracker
+            assert len(workers) == (2 if backend == "multiprocessing" else 0)
+        finally:
+            trainer.close()
+        assert not any(_running(pid) for pid in workers)
+    assert losses["multiprocessing"] == losses["serial"]
+
+
+def _children(pid) -> list[int]:
+    found = []
+    for task in os.listdir(f"/proc/{pid}/task"):
+        with open(f"/proc/{pid}/task/{task}/children") as handle:
+            found += [int(child) for child in handle.read().split()]
+    return found
+
+
+def _command_line(pid) -> str:
+    with open(f"/proc/{pid}/cmdline", "rb") as handle:
+        return handle.read().decode(errors="replace")
 
 
 def test_importance_weighted_gae():

@@ -451,8 +451,9 @@ def resolve_auto(config: Config) -> None:
     """vec.backend and vec.num_workers "auto" made concrete, so config.toml records
     what ran: native for a native env, else multiprocessing with one worker per
     available core (the largest divisor of num_envs within the core count); with
-    train.overlap an emulated env is serial, stepped in the actor process, which
-    cannot start worker processes of its own."""
+    train.overlap an emulated env is serial, stepped in the actor process (the
+    actor and the learner fill two cores already; "multiprocessing" there is the
+    choice for a machine with cores to spare, overlap.py)."""
     v = config.vec
     if v.backend == "auto":
         v.backend = "native" if config.is_native else \
@@ -553,11 +554,9 @@ AN_ENV_OBJECT, SEVERAL_RANKS = "an env object", "several ranks"
 INCOMPATIBLE = (
     ("train.overlap", ("policy.lstm", "train.normalize_obs", "train.normalize_reward",
                        "train.teacher", "vec.backend = 'device'", "train.device other than cpu",
-                       "vec.backend = 'multiprocessing'", "an env callable without an import path",
-                       AN_ENV_OBJECT, SEVERAL_RANKS),
-     "its actor process makes its own env from the config and steps it itself, as it "
-     "cannot start worker processes (vec.backend 'auto' is 'serial' for an emulated env "
-     "then), and runs a feed-forward CPU policy without normalisers: overlap.py"),
+                       "an env callable without an import path", AN_ENV_OBJECT, SEVERAL_RANKS),
+     "its actor process makes its own env from the config, and runs a feed-forward CPU "
+     "policy without normalisers: overlap.py"),
     ("train.compile", ("policy.lstm", "train.teacher", "train.overlap", "vec.split = 2"),
      "compiling.py says why"),
     ("vec.split = 2", ("train.overlap", "train.teacher", "vec.backend = 'device'",

@@ -53,10 +53,16 @@ requested; `state_dict` waits for it, and saves it (its storage buffer and
 statistics) with the actor's state after it (env instances, sampling
 generator). Resuming restores both, so the run continues bit for bit.
 
+An emulated env steps in the actor itself by default (vec.backend "auto" is
+"serial" under overlap: on two cores the actor and the learner already fill
+them); `vec.backend = "multiprocessing"` gives the actor worker processes of its
+own, for machines with cores to spare beyond those two.
+
 Not supported with overlap (refused by the compatibility table,
 config.INCOMPATIBLE): recurrent policies, observation/reward normalisation
 (their statistics live in the actor), kickstarting, a device env batch or a
-CUDA learner, an env object, several ranks.
+CUDA learner, an env object or an env callable without an import path (the
+actor makes its own env from the config), several ranks.
 The learner's process also builds the env batch once, only to read its
 spaces and row count; it is never stepped.
 
@@ -337,6 +343,11 @@ def _actor_main(config, buffers, last_inputs, weight_slots, connection) -> None:
     # Ctrl-C reaches the whole process group; the learner decides how the run ends
     # (finish the update, save with this process's state, then stop it).
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    # The learner starts this process as a daemon (ended with it), and multiprocessing
+    # refuses children to a daemon lest they be orphaned. An env on the multiprocessing
+    # backend starts worker processes here; each dies with its parent (vector/lifetime.py:
+    # the kernel's parent-death signal and a parent watch), so it may.
+    torch_mp.current_process().daemon = False
     actor = None
     try:
         actor = Trainer(config)
