@@ -202,14 +202,20 @@ def test_an_emulated_env_steps_in_the_actor_or_in_its_own_workers():
 def _children(pid) -> list[int]:
     found = []
     for task in os.listdir(f"/proc/{pid}/task"):
-        with open(f"/proc/{pid}/task/{task}/children") as handle:
-            found += [int(child) for child in handle.read().split()]
+        try:
+            with open(f"/proc/{pid}/task/{task}/children") as handle:
+                found += [int(child) for child in handle.read().split()]
+        except FileNotFoundError:       # a thread that ended meanwhile
+            pass
     return found
 
 
 def _command_line(pid) -> str:
-    with open(f"/proc/{pid}/cmdline", "rb") as handle:
-        return handle.read().decode(errors="replace")
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as handle:
+            return handle.read().decode(errors="replace")
+    except FileNotFoundError:           # gone meanwhile
+        return ""
 
 
 def test_importance_weighted_gae():
