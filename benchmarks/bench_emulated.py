@@ -147,6 +147,8 @@ PEREGRINE_VARIANTS = {
     # an actor process steps the envs (in itself) while this one learns
     "peregrine_overlap": [("train.overlap", True), ("vec.backend", "serial"),
                           ("vec.num_workers", 1)],
+    # the same, the actor's envs on two worker processes of its own
+    "peregrine_overlap_workers": [("train.overlap", True)],
 }
 
 
@@ -322,7 +324,8 @@ def cmd_speed(args) -> None:
             result["settings"][key] = {k: v for k, v in setup.items()}
             result["settings"][key]["env_only_num_envs"] = args.env_num_envs
             libs = ["peregrine", "sb3"] + (["peregrine_split"] if args.split else []) \
-                + (["peregrine_overlap"] if args.overlap else [])
+                + (["peregrine_overlap"] if args.overlap else []) \
+                + (["peregrine_overlap_workers"] if args.overlap_workers else [])
             windows = {lib: [] for lib in libs}
             for window in range(args.windows):
                 for lib in (libs if window % 2 == 0 else libs[::-1]):
@@ -402,7 +405,8 @@ def speed_markdown(result: dict) -> str:
         lines.append(f"| {s['env_id']} | {s['num_envs']} | {s['horizon']} | {s['minibatch']} | "
                      f"{s['epochs']} | {policy} | {fmt(pg)} | {fmt(sb)} | {ratio(pg, sb)} |")
         for lib, label in (("peregrine_split", "vec.split 2"),
-                           ("peregrine_overlap", "train.overlap")):
+                           ("peregrine_overlap", "train.overlap"),
+                           ("peregrine_overlap_workers", "train.overlap, 2 workers in the actor")):
             if lib in row:
                 other = row[lib]["best_sps"]
                 lines.append(f"| ({label}) | | | | | | {fmt(other)} | | {ratio(other, sb)}; "
@@ -757,6 +761,9 @@ def main(argv=None) -> None:
     speed.add_argument("--overlap", action="store_true",
                        help="also train Peregrine with train.overlap (an actor process steps "
                             "the envs while this one learns)")
+    speed.add_argument("--overlap-workers", action="store_true",
+                       help="also train Peregrine with train.overlap and the actor's envs on "
+                            "2 worker processes (vec.backend multiprocessing)")
     speed.set_defaults(func=cmd_speed)
     learn = sub.add_parser("learn", help="learning curves and final returns")
     learn.add_argument("--env", required=True, choices=sorted(ZOO_PPO))
