@@ -610,12 +610,11 @@ def cmd_learn(args) -> None:
     libs = args.libs.split(",")
     config_file = Path(args.config) if args.config else CONFIGS / f"{args.env}.toml"
     run_root = Path(args.run_root)
-    overrides = []
-    for item in args.set:
-        key, equals, value = item.partition("=")
-        if not equals or "." not in key:
-            raise SystemExit(f"--set takes SECTION.KEY=VALUE, got {item!r}")
-        overrides.append((key, value))
+    from peregrine.train.config import parse_override_tokens
+    try:        # the command line's own parser: --set policy.init=torch is --policy.init=torch
+        overrides = parse_override_tokens(f"--{item}" for item in args.set)
+    except ValueError as error:
+        raise SystemExit(f"--set takes SECTION.KEY=VALUE: {error}") from None
     label = f"-{args.tag}" if args.tag else ""
     for seed in seeds:
         for lib in libs:

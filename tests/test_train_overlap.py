@@ -19,6 +19,7 @@ from peregrine.train import checkpoint
 from peregrine.train.advantages import compute_gae
 from peregrine.train.config import load_config
 from peregrine.train.overlap import ActorDiedError, ActorError, OverlapTrainer
+from peregrine.train.resources import child_pids
 from peregrine.train.ppo import Trainer
 from test_train_checkpoint import parameters, run_updates, train_until_solved
 from test_train_checkpoint import small_config as checkpoint_small_config
@@ -185,29 +186,18 @@ def test_an_emulated_env_steps_in_the_actor_or_in_its_own_workers():
     with pytest.raises(ValueError, match="an env callable without an import path"):
         load_config(lambda: gym.make("CartPole-v1"), overrides=[("train.overlap", True)])
     losses = {}
-    for backend in ("serial", "multiprocessing"):
+    for backend, num_workers in (("serial", 1), ("multiprocessing", 2)):
         trainer = OverlapTrainer(load_config("gym:CartPole-v1", overrides=[
-            *overrides, ("vec.backend", backend), ("vec.num_workers", 1 + (backend != "serial"))]))
+            *overrides, ("vec.backend", backend), ("vec.num_workers", num_workers)]))
         try:
             losses[backend] = run_updates(trainer, 2)
-            workers = [child for child in _children(trainer.actor.pid)     # spawned, not
+            workers = [child for child in child_pids(trainer.actor.pid)    # spawned, not
                        if "spawn_main" in _command_line(child)]        # the shm tracker
-            assert len(workers) == (2 if backend == "multiprocessing" else 0)
+            assert len(workers) == (num_workers if backend == "multiprocessing" else 0)
         finally:
             trainer.close()
         assert not any(_running(pid) for pid in workers)
     assert losses["multiprocessing"] == losses["serial"]
-
-
-def _children(pid) -> list[int]:
-    found = []
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{task}/children") as handle:
-                found += [int(child) for child in handle.read().split()]
-        except FileNotFoundError:       # a thread that ended meanwhile
-            pass
-    return found
 
 
 def _command_line(pid) -> str:

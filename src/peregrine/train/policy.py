@@ -271,7 +271,7 @@ class Policy(nn.Module):
         self.critic_head = layer_init(nn.Linear(critic_in, 1), 1.0)
         if kind == "box":
             self.log_std = nn.Parameter(torch.full((out,), float(config.init_log_std)))
-        if getattr(config, "init", "orthogonal") == "torch":
+        if config.init == "torch":
             for module in self.modules():   # every layer back to PyTorch's own default
                 if module is not self and hasattr(module, "reset_parameters"):
                     module.reset_parameters()
