@@ -108,12 +108,20 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
         assert heading in summary
 
 
-def test_the_stage_budgets_fit_in_one_device_call():
-    """One call of the device tool runs at most 600 s: the stages' budgets, and the
-    learning stage's deadline, leave room for the copy back."""
-    assert sum(gpu_acceptance.BUDGET_S.values()) <= 570
-    assert gpu_acceptance.LEARNING_DEADLINE_S <= 570
-    assert set(gpu_acceptance.BUDGET_S) == set(gpu_acceptance.ORDER)
+def test_each_part_fits_in_one_device_call():
+    """One call of the device tool runs at most 600 s: each part's budgets (and g's
+    deadline, for the part that has it) leave room for the copy back, and the two
+    parts together are every stage."""
+    budget = gpu_acceptance.BUDGET_S
+    parts = gpu_acceptance.PARTS
+    assert set(budget) == set(gpu_acceptance.ORDER)
+    assert {*gpu_acceptance.ALWAYS, *parts["1"], *parts["2"]} == set(gpu_acceptance.ORDER)
+    for stages in parts.values():
+        planned = sum(budget[name] for name in (*gpu_acceptance.ALWAYS, *stages))
+        assert planned <= 570, stages
+    before_g = sum(budget[name] for name in (*gpu_acceptance.ALWAYS, *parts["2"])
+                   if name != "g_learning")
+    assert before_g + budget["g_learning"] <= gpu_acceptance.LEARNING_DEADLINE_S <= 570
 
 
 def test_stages_can_be_chosen(tmp_path):
@@ -123,6 +131,26 @@ def test_stages_can_be_chosen(tmp_path):
     assert gpu_acceptance.Acceptance(args).selected == {"setup", "d_system", "f_ranks"}
     with pytest.raises(SystemExit):
         gpu_acceptance.main(["out", "--stages", "b_env_throughput,nonsense"])
+
+
+def test_a_part_a_budget_and_a_deadline_reach_the_run(tmp_path, monkeypatch):
+    """--part picks its stages, --budget STAGE=SECONDS replaces that stage's budget
+    (and the report's sum), --deadline moves g's end; bad entries are refused."""
+    seen = {}
+    monkeypatch.setattr(gpu_acceptance.Acceptance, "run",
+                        lambda self: seen.update(acceptance=self) or 0)
+    assert gpu_acceptance.main([str(tmp_path / "out"), "--part", "2", "--budget", "f_ranks=300",
+                                "--deadline", "410", "--work", str(tmp_path / "w")]) == 0
+    acceptance = seen["acceptance"]
+    assert acceptance.selected == {"setup", "d_system", "f_ranks", "g_learning"}
+    assert acceptance.stages["f_ranks"].budget == 300
+    assert acceptance.stages["c_training"].budget == gpu_acceptance.BUDGET_S["c_training"]
+    assert acceptance.deadline() == 410
+    for bad in (["--budget", "f_rank=30"], ["--budget", "f_ranks=-1"],
+                ["--budget", "f_ranks=soon"], ["--part", "3"],
+                ["--part", "1", "--stages", "a_tests"]):
+        with pytest.raises(SystemExit):
+            gpu_acceptance.main([str(tmp_path / "out"), *bad])
 
 
 def test_wheel_folder_checks_name_what_pip_would_trip_on(tmp_path):

@@ -257,6 +257,7 @@ class DeviceEnv:
         if isinstance(host, ObservationSlots):
             self.observation_slots = host.observation_slots
         arrays = _HostArrays(host._batch)
+        layout_bytes = sum(view.nbytes for _, view in arrays.arrays)
         if self.device.type == "cpu":
             buffers = {name: torch.from_numpy(getattr(host, name)) for name in BUFFER_NAMES}
             kernels = _CpuKernels
@@ -266,6 +267,7 @@ class DeviceEnv:
                                          device=self.device) for name in BUFFER_NAMES}
             kernels = _CudaKernels
         self.buffers = buffers
+        self._array_bytes = layout_bytes + sum(tensor.nbytes for tensor in buffers.values())
         for name in BUFFER_NAMES:
             setattr(self, name, buffers[name])
         self.action_errors = torch.zeros(len(ACTION_ERRORS), dtype=torch.int64,
@@ -376,6 +378,18 @@ class DeviceEnv:
         if clear:
             rows.zero_()
         return episodes, sums
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes this batch holds on its device: the env's state arrays (every
+        pg_alloc array: state, random streams, statistic rows, scratch), its
+        buffers (observations, final observations, actions, rewards, flags) and,
+        once enabled, the global states. It grows linearly with num_envs, so a
+        small batch's nbytes / num_envs sizes a large one before it is made. On a
+        GPU the device also holds the CUDA context and torch's allocator slack
+        (benchmarks/RESULTS.md, "GPU third light")."""
+        states = 0 if self.states is None else self.states.nbytes + self.final_states.nbytes
+        return self._array_bytes + self.action_errors.nbytes + states
 
     @property
     def stat_names(self) -> tuple[str, ...]:
