@@ -270,8 +270,8 @@ def worktree_source(store: Path, commit: str) -> Path:
     stamp = path / ".peregrine-bench-built"
     if not stamp.exists():
         print(f"building the C extension of {commit[:12]} in {path} ...", file=sys.stderr)
-        build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace",
-                                "-j", str(min(os.cpu_count() or 1, 8))],
+        # (setup.py compiles the env modules in parallel)
+        build = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--inplace"],
                                cwd=path, capture_output=True, text=True)
         if build.returncode != 0:
             raise SessionFailed(f"building {commit[:12]} failed:\n{build.stderr[-4000:]}")

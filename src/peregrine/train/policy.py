@@ -193,7 +193,7 @@ class Policy(nn.Module):
             raise ValueError(f"observations must be a flat Box, got {observation_space!r}")
         self.obs_dim = int(observation_space.shape[0])
         self.obs_scale = 1.0 / 255.0 if observation_space.dtype == np.uint8 else None
-        self.observation_encoder = build_encoder(structure, getattr(config, "encoder", "auto"))
+        self.observation_encoder = build_encoder(structure, config.encoder)
         self.structure = describe_structure(structure if self.observation_encoder else None)
         features = self.obs_dim
         if self.observation_encoder is not None:
@@ -201,7 +201,7 @@ class Policy(nn.Module):
                 raise ValueError(f"the observation structure {structure!r} flattens to "
                                  f"{self.observation_encoder.in_dim} columns, but the rows "
                                  f"have {self.obs_dim}")
-            if getattr(config, "slot_encoder", "none") != "none":
+            if config.slot_encoder != "none":
                 raise ValueError("policy.slot_encoder reads a native env's observation slots; "
                                  "this env's structured observations have their own encoder")
             self.obs_scale = None           # the encoder scales its uint8 leaves
@@ -222,7 +222,7 @@ class Policy(nn.Module):
         self.action_dim = out
         self.use_lstm = bool(config.lstm)
         hidden, layers, activation = config.hidden_size, config.num_layers, config.activation
-        self.critic_kind = getattr(config, "critic", "local")
+        self.critic_kind = config.critic
         if self.critic_kind not in CRITICS:
             raise ValueError(f"policy.critic must be one of {list(CRITICS)}, got "
                              f"{self.critic_kind!r}")
@@ -232,14 +232,14 @@ class Policy(nn.Module):
                              f"{'a' if self.central else 'no'} global state column, got width "
                              f"{critic_state_dim}")
         self.critic_state_dim = int(critic_state_dim)
-        encoder = getattr(config, "slot_encoder", "none")
+        encoder = config.slot_encoder
         if encoder == "deepsets" and not observation_slots:
             raise ValueError("policy.slot_encoder = 'deepsets' needs an env that describes "
                              "repeated observation slots (observation_slots, e.g. DroneSwarm "
                              "with obs_n_nearest or obs_n_obstacles > 0); this one has none")
         self.observation_slots = [list(group) for group in observation_slots] \
             if encoder == "deepsets" else []
-        slots = dict(slots=self.observation_slots, slot_size=getattr(config, "slot_size", 0))
+        slots = dict(slots=self.observation_slots, slot_size=config.slot_size)
         if self.use_lstm:
             self.encoder, size = body(features, hidden, max(layers, 1), activation, **slots)
             self.lstm = nn.LSTM(size, config.lstm_size)
