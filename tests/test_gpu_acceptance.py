@@ -323,3 +323,18 @@ def test_the_first_h200_runs_figures_are_read_again_correctly():
     assert round(cartpole["best_vs_best"], 1) == 17.6
     assert round(cartpole["matched"][1 << 24], 1) == 38.2
     assert round(gpu_acceptance.env_ratios(rows, "drone_swarm")["best_vs_best"], 2) == 8.43
+
+
+def test_the_learning_plan_trains_fresh_seeds_with_a_shipped_batch_control():
+    """Stage g at GPU size: every `global` and `obstacles-global` seed is a fresh one
+    (never a tuning seed 1-5), scaled 16x; one `global` run keeps the shipped batch for
+    the CPU's 20M steps, so a gap to the CPU's result can be told apart from scaling."""
+    plan = gpu_acceptance.learning_plan(tiny=False)
+    judged = [run for run in plan if "episodes" in run]
+    assert {run["seed"] for run in judged} == set(gpu_acceptance.FRESH_SEEDS)
+    assert not set(gpu_acceptance.FRESH_SEEDS) & {1, 2, 3, 4, 5}
+    controls = [run for run in judged if not run["overrides"]]
+    assert [(run["variant"], run["steps"]) for run in controls] == [("global", 20_000_000)]
+    for run in judged:
+        if run not in controls:
+            assert dict(run["overrides"])["vec.num_envs"] == 16 * 128 and run["steps"] == 10 ** 8
