@@ -136,10 +136,17 @@ def _run_emulated(args) -> int:
     _, fields = world_overrides(args)
     keywords = {"render_mode": "rgb_array",
                 **emulated_env_keywords(args.env, args.policy, fields)}
-    unit = emulate(EnvFactory.from_keywords(args.env, keywords)(), seed=args.seed)
+    factory = EnvFactory.from_keywords(args.env, keywords).one_env_each()
+    unit = emulate(factory(), seed=args.seed)
+
+    def draw():
+        frame = unit.env.render()
+        if factory.kind == "gymnasium_vector" and isinstance(frame, (tuple, list)):
+            return frame[0] if frame else None      # a vector env draws one frame per env
+        return frame
     try:
         policy = make_policy(args.env, args.policy, unit, seed=args.seed)
-        frames, steps = _episode_frames(unit, policy, unit.env.render, args.every,
+        frames, steps = _episode_frames(unit, policy, draw, args.every,
                                         args.steps or 1_000_000)
         stats = unit.episode_stats(clear=True)
     finally:

@@ -39,7 +39,9 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
     """A vector env of `num_envs` envs of `env`.
 
     env: a registered native env name; any other env name of
-        `peregrine.vector.sources` (gym:ID, pettingzoo:MODULE, module:function),
+        `peregrine.vector.sources` (gym:ID, gym-vec:ID, pettingzoo:MODULE,
+        module:function; gym-vec:ID makes one vector env of num_envs / num_workers
+        envs per worker unless its own num_envs is given),
         made with **config as its keyword arguments (and `wrappers=[...]`); or a
         zero-arg callable returning a Gymnasium env, a PettingZoo ParallelEnv or a
         native Peregrine env.
@@ -79,6 +81,11 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
     num_threads = check_count("num_threads", num_threads)
     if seed is not None:
         seed = resolve_seed(seed)
+    if (isinstance(env, EnvFactory) and env.kind == "gymnasium_vector"
+            and "num_envs" not in env.kwargs and num_envs % num_workers == 0):
+        # gym-vec: without its own num_envs: one vector env of a block's envs per worker
+        env = EnvFactory(env.name, {**env.kwargs, "num_envs": num_envs // num_workers},
+                         env.wrappers)
     if backend == "native":
         if not isinstance(env, str):
             raise ValueError("backend 'native' needs a registered env name; use 'serial' or "

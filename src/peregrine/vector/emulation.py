@@ -34,12 +34,13 @@ import math
 import numpy as np
 from gymnasium import Env as GymnasiumEnv
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import Buffers, EpisodeStats, NativeEnv
 from ..envs.native.protocols import DEFAULT_STATS, Batch, stat_names
 from .common import BUFFER_NAMES, buffers_layout
-from .spaces import FlatAction, FlatObservation
+from .spaces import FlatAction, FlatObservation, row_of
 
 STAT_NAMES = DEFAULT_STATS     # what an emulated Gymnasium/PettingZoo env reports
 
@@ -61,16 +62,19 @@ def is_native_batch(env) -> bool:
 
 
 def emulate(env, buffers=None, seed=None, index=0):
-    """The unit for one env object (Gymnasium, PettingZoo parallel, or native batch);
-    `index` is its (first) env's index in the vector env, for error messages."""
+    """The unit for one env object (Gymnasium env or VectorEnv, PettingZoo parallel, or
+    native batch); `index` is its (first) env's index in the vector env, for error
+    messages."""
+    if isinstance(env, VectorEnv):
+        return GymnasiumVectorEmulation(env, buffers=buffers, seed=seed, index=index)
     if isinstance(env, GymnasiumEnv):
         return GymnasiumEmulation(env, buffers=buffers, seed=seed, index=index)
     if is_native_batch(env):
         return CopiedBatch(env, buffers=buffers, seed=seed)
     if is_parallel_env(env):
         return PettingZooEmulation(env, buffers=buffers, seed=seed, index=index)
-    raise ValueError(f"env must create a gymnasium.Env, a PettingZoo ParallelEnv or a native "
-                     f"Peregrine env, got {type(env).__name__}")
+    raise ValueError(f"env must create a gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv "
+                     f"or a native Peregrine env, got {type(env).__name__}")
 
 
 _REAL = (int, float, np.integer, np.floating)
@@ -274,6 +278,97 @@ class GymnasiumEmulation(_Unit):
         buffers.terminals[0] = terminated
         buffers.truncations[0] = truncated
         self._write(observation, info, buffers.observations[0])
+        return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+    def close(self):
+        env, self.env = getattr(self, "env", None), None
+        if env is not None:
+            env.close()
+
+
+class GymnasiumVectorEmulation(_Unit):
+    """A Gymnasium VectorEnv of n envs (ALE's AtariVectorEnv, a SyncVectorEnv, one of
+    your own) as an n-row batch: its actions, observations, rewards and flags pass as
+    whole arrays, one `step` call per Peregrine step.
+
+    The env must auto-reset in the same step (`metadata["autoreset_mode"]` SameStep:
+    the ending step returns the next episode's first observation, with the last one in
+    `info["final_obs"]`), which is Peregrine's own contract; the `gym-vec:` source asks
+    for it. Other modes are refused: NextStep spends a step per reset that the rows
+    cannot show. Values are checked as a Gymnasium env's are (shapes, finite float32
+    observations and rewards, boolean flags), over whole arrays."""
+
+    def __init__(self, env, buffers=None, seed=None, index=0):
+        self.env = env
+        mode = env.metadata.get("autoreset_mode")
+        if mode not in (AutoresetMode.SAME_STEP, AutoresetMode.SAME_STEP.value):
+            raise ValueError(
+                f"{type(env).__name__} auto-resets in mode {getattr(mode, 'value', mode)!r}; "
+                f"Peregrine needs SameStep (the last observation in info['final_obs']): make "
+                f"it with autoreset_mode=gymnasium.vector.AutoresetMode.SAME_STEP; a gym-vec: "
+                f"env whose own vector env cannot, with env.vectorization_mode = \"sync\"")
+        self.num_envs = count = int(env.num_envs)
+        self.where = f"vector env {type(env).__name__} (envs {index}-{index + count - 1})"
+        self.flat_observation = FlatObservation(env.single_observation_space)
+        self.flat_action = FlatAction(env.single_action_space)
+        self._init_buffers(self.flat_observation.space, self.flat_action.space, 1, buffers)
+        self._returns = np.zeros(count)
+        self._lengths = np.zeros(count, np.int64)
+        self.reset(seed)
+
+    def reset(self, seed=None):
+        observations, _ = (self.env.reset() if seed is None
+                           else self.env.reset(seed=int(seed)))
+        self._clear_step_outputs()
+        self.flat_observation.write_batch(observations, self.observations, self.where)
+        self._returns[:], self._lengths[:] = 0.0, 0
+        return self.observations, {}
+
+    def _checked(self, rewards, terminated, truncated):
+        count, where = self.num_envs, self.where
+        rewards = np.asarray(rewards)
+        if rewards.shape != (count,) or rewards.dtype.kind not in "iuf":
+            raise ValueError(f"{where} returned rewards of dtype {rewards.dtype} and shape "
+                             f"{rewards.shape}; expected {count} real numbers")
+        rewards = rewards.astype(np.float64, copy=False)
+        bad = ~(np.abs(rewards) <= _FLOAT32_MAX)          # NaN, +-inf, beyond float32
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            checked_reward(float(rewards[row]), f"{where} (row {row})")
+        flags = []
+        for name, value in (("terminated", terminated), ("truncated", truncated)):
+            value = np.asarray(value)
+            if value.shape != (count,) or value.dtype != np.bool_:
+                raise ValueError(f"{where} returned {name} of dtype {value.dtype} and shape "
+                                 f"{value.shape}; expected {count} bools")
+            flags.append(value)
+        return rewards, flags[0], flags[1]
+
+    def step(self, actions):
+        if actions is not self.actions:
+            self._take_actions(actions)
+        observations, rewards, terminated, truncated, info = self.env.step(
+            self.flat_action.to_env_batch(self.actions))
+        rewards, terminated, truncated = self._checked(rewards, terminated, truncated)
+        buffers = self.buffers
+        self._returns += rewards
+        self._lengths += 1
+        ended = terminated | truncated
+        if ended.any():
+            final = info.get("final_obs") if isinstance(info, dict) else None
+            if final is None:
+                raise ValueError(f"{self.where} ended an episode without info['final_obs']; "
+                                 f"a SameStep vector env gives the last observation there")
+            for row in np.flatnonzero(ended):
+                self.flat_observation.write(row_of(final, row), buffers.final_observations[row],
+                                            f"{self.where} (row {row}, its final observation)")
+                self._stats.record(float(self._returns[row]), float(self._lengths[row]))
+            self._returns[ended], self._lengths[ended] = 0.0, 0
+        buffers.rewards[:] = rewards
+        buffers.terminals[:] = terminated
+        # an episode that terminates as its time limit fires is terminal only
+        buffers.truncations[:] = truncated & ~terminated
+        self.flat_observation.write_batch(observations, buffers.observations, self.where)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
     def close(self):

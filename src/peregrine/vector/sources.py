@@ -7,6 +7,10 @@ One string names an env everywhere (`peregrine train NAME`, `env.name` in TOML,
     gym:LunarLander-v3                         gymnasium.make("LunarLander-v3", **kwargs)
     gym:ALE/Pong-v5                            the same; the namespace's package is imported
     gym:minigrid:MiniGrid-DoorKey-5x5-v0       Gymnasium's own "module:id": import, then make
+    gym-vec:ALE/Pong-v5                        gymnasium.make_vec("ALE/Pong-v5", **kwargs): a
+                                               VectorEnv (here ALE's own, C++ threads and
+                                               Atari preprocessing), num_envs envs per call,
+                                               auto-resetting in the same step
     pettingzoo:butterfly.knights_archers_zombies_v10
                                                that PettingZoo module's parallel_env(**kwargs)
     my_package.envs:make_env                   a factory: import the module, call the function
@@ -34,6 +38,7 @@ import pkgutil
 from typing import Any, Callable
 
 GYM_PREFIX = "gym:"
+GYM_VECTOR_PREFIX = "gym-vec:"
 PETTINGZOO_PREFIX = "pettingzoo:"
 
 # Gymnasium id namespaces (and id prefixes) whose envs register when a package is
@@ -65,13 +70,14 @@ def is_native_name(name) -> bool:
 
 
 def describe_kinds() -> str:
-    return ("a native env (see `peregrine envs`), gym:ID (a Gymnasium id), "
-            "pettingzoo:MODULE (e.g. pettingzoo:butterfly.knights_archers_zombies_v10) or a "
+    return ("a native env (see `peregrine envs`), gym:ID (a Gymnasium id), gym-vec:ID "
+            "(its vector env), pettingzoo:MODULE (e.g. pettingzoo:butterfly.knights_archers_zombies_v10) or a "
             "factory module:function")
 
 
 def kind_of(name: str) -> str:
-    """"native", "gymnasium", "pettingzoo" or "factory"; EnvSourceError otherwise."""
+    """"native", "gymnasium", "gymnasium_vector", "pettingzoo" or "factory";
+    EnvSourceError otherwise."""
     if not isinstance(name, str) or not name:
         raise EnvSourceError(f"an env name must be a non-empty string, got {name!r}")
     if is_native_name(name):
@@ -80,6 +86,10 @@ def kind_of(name: str) -> str:
         if not name[len(GYM_PREFIX):]:
             raise EnvSourceError("gym: needs an id after it, e.g. gym:LunarLander-v3")
         return "gymnasium"
+    if name.startswith(GYM_VECTOR_PREFIX):
+        if not name[len(GYM_VECTOR_PREFIX):]:
+            raise EnvSourceError("gym-vec: needs an id after it, e.g. gym-vec:ALE/Pong-v5")
+        return "gymnasium_vector"
     if name.startswith(PETTINGZOO_PREFIX):
         if not name[len(PETTINGZOO_PREFIX):]:
             raise EnvSourceError("pettingzoo: needs a module after it, e.g. "
@@ -217,13 +227,21 @@ class EnvFactory:
         wrappers = kwargs.pop("wrappers", ())
         return cls(env, kwargs, wrappers)
 
+    def one_env_each(self) -> "EnvFactory":
+        """This factory, except that a gym-vec: one makes vector envs of one env, so
+        that each made unit is one env (evaluation counts each env's first episode,
+        render draws one)."""
+        if self.kind != "gymnasium_vector":
+            return self
+        return EnvFactory(self.name, {**self.kwargs, "num_envs": 1}, self.wrappers)
+
     def __repr__(self) -> str:
         return f"EnvFactory({self.name or self.__name__!r}, kwargs={self.kwargs!r}, " \
                f"wrappers={self.wrappers!r})"
 
     def __call__(self):
         env = self._make()
-        if self.wrappers:
+        if self.wrappers and self.kind != "gymnasium_vector":   # that one wraps each env
             from gymnasium import Env
             if not isinstance(env, Env):
                 raise EnvSourceError(f"env {self.__name__!r}: env.wrappers are Gymnasium "
@@ -238,6 +256,8 @@ class EnvFactory:
         try:
             if self.kind == "gymnasium":
                 return self._make_gymnasium(self.name[len(GYM_PREFIX):])
+            if self.kind == "gymnasium_vector":
+                return self._make_gymnasium(self.name[len(GYM_VECTOR_PREFIX):], vector=True)
             if self.kind == "pettingzoo":
                 _import("pettingzoo", name)     # its absence named before the module's
                 module = "pettingzoo." + self.name[len(PETTINGZOO_PREFIX):]
@@ -254,7 +274,7 @@ class EnvFactory:
             raise EnvSourceError(f"env {name!r} could not be imported: "
                                  f"{str(error).splitlines()[0]}") from None
 
-    def _make_gymnasium(self, env_id: str):
+    def _make_gymnasium(self, env_id: str, vector: bool = False):
         import gymnasium
         from gymnasium.error import DependencyNotInstalled, Error
         for prefix, module in NAMESPACE_MODULES.items():
@@ -263,6 +283,8 @@ class EnvFactory:
                 if module == "ale_py":      # ALE registers its ids through this call
                     gymnasium.register_envs(imported)
         try:
+            if vector:
+                return gymnasium.make_vec(env_id, **self._vector_kwargs(env_id))
             return gymnasium.make(env_id, **self.kwargs)
         except DependencyNotInstalled as error:
             first = str(error).strip().splitlines()[0]
@@ -271,6 +293,45 @@ class EnvFactory:
         except Error as error:   # unknown id, version, namespace: Gymnasium's own message
             raise EnvSourceError(f"env {self.name!r}: {str(error).strip().splitlines()[0]}") \
                 from None
+
+
+    def _vector_kwargs(self, env_id: str) -> dict:
+        """make_vec's arguments for gym-vec:ID: the user's, asking for same-step
+        auto-reset (through vector_kwargs for the sync and async modes, as an argument
+        of an env's own vector entry point where it takes one), and env.wrappers on each
+        env (sync and async modes only: make_vec refuses them with an entry point)."""
+        import inspect
+        from functools import partial
+        import gymnasium
+        from gymnasium.vector import AutoresetMode
+        kwargs = dict(self.kwargs)
+        spec = gymnasium.spec(env_id)
+        mode = kwargs.get("vectorization_mode") or (
+            "vector_entry_point" if spec.vector_entry_point is not None else "sync")
+        mode = getattr(mode, "value", mode)
+        if mode == "vector_entry_point":
+            if self.wrappers:
+                raise EnvSourceError(f"env {self.name!r}: env.wrappers wrap each env of a sync "
+                                     f"or async vector env; {env_id}'s own vector env takes "
+                                     f"none (set env.vectorization_mode = \"sync\" to use them)")
+            entry = spec.vector_entry_point
+            if isinstance(entry, str):
+                module, _, attribute = entry.partition(":")
+                entry = _resolve_attribute(module, attribute, self.name)
+            try:
+                takes_mode = "autoreset_mode" in inspect.signature(entry).parameters
+            except (TypeError, ValueError):
+                takes_mode = False
+            if takes_mode:
+                kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
+        else:
+            vector_kwargs = dict(kwargs.pop("vector_kwargs", None) or {})
+            vector_kwargs.setdefault("autoreset_mode", AutoresetMode.SAME_STEP)
+            kwargs["vector_kwargs"] = vector_kwargs
+            if self.wrappers:
+                kwargs["wrappers"] = [partial(cls, **arguments) for cls, arguments in
+                                      map(resolve_wrapper, self.wrappers)]
+        return kwargs
 
 
 def _as_parallel(env):
@@ -286,4 +347,5 @@ def _as_parallel(env):
 
 
 __all__ = ["EnvFactory", "EnvSourceError", "kind_of", "is_native_name", "callable_path",
-           "resolve_wrapper", "check_wrappers", "GYM_PREFIX", "PETTINGZOO_PREFIX"]
+           "resolve_wrapper", "check_wrappers", "GYM_PREFIX", "GYM_VECTOR_PREFIX",
+           "PETTINGZOO_PREFIX"]

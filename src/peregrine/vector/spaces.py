@@ -124,6 +124,27 @@ class FlatObservation:
         if self._check_finite and not np.isfinite(row).all():
             self._refuse_non_finite(value, row, where)
 
+    def write_batch(self, values, rows: np.ndarray, where: str = "the vector env") -> None:
+        """Writes a vector env's batched observations (each leaf [n, *shape], as
+        Gymnasium batches a space) into the [n, size] rows: one copy per leaf, the same
+        shape and finiteness rules as `write`, the message naming the env's row."""
+        n = rows.shape[0]
+        try:
+            for (path, offset, size), shape in zip(self.fields, self._shapes):
+                leaf = _get(values, path)
+                if getattr(leaf, "shape", None) != (n, *shape):
+                    name = "/".join(map(str, path)) or "observations"
+                    raise ValueError(f"{name} has shape {np.shape(leaf)}, expected "
+                                     f"{(n, *shape)}")
+                rows[:, offset:offset + size] = leaf.reshape(n, size)
+        except (ValueError, TypeError, KeyError, IndexError, RuntimeWarning) as error:
+            raise ValueError(f"{where} returned observations that do not fit its "
+                             f"single_observation_space {self.source_space} batched {n} "
+                             f"times: {error}") from None
+        if self._check_finite and not np.isfinite(rows).all():
+            row = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
+            self._refuse_non_finite(row_of(values, row), rows[row], f"{where} (row {row})")
+
     def _refuse_non_finite(self, value, row: np.ndarray, where: str) -> None:
         index = int(np.flatnonzero(~np.isfinite(row))[0])
         path, offset, _ = next(f for f in reversed(self.fields) if f[1] <= index)
@@ -215,6 +236,25 @@ class FlatAction:
             return (values + start.astype(np.int64)).reshape(leaf.shape).astype(leaf.dtype)
         return values.reshape(leaf.shape).astype(leaf.dtype)
 
+    def to_env_batch(self, rows: np.ndarray):
+        """A vector env's batched actions for the [n, ...] flat action rows: each leaf
+        [n, *shape] in its own dtype (an int64 array for Discrete), as Gymnasium
+        batches the single action space."""
+        n = rows.shape[0]
+        flat = rows.reshape(n, -1)
+        values, offset = {}, 0
+        for (path, leaf), start in zip(self._leaves, self._starts):
+            size = int(start.size)
+            part = flat[:, offset:offset + size]
+            if isinstance(leaf, spaces.Box):
+                part = np.nan_to_num(part, nan=0.0, posinf=0.0, neginf=0.0)
+            elif isinstance(leaf, (spaces.Discrete, spaces.MultiDiscrete)):
+                part = part.astype(np.int64) + start.astype(np.int64)
+            shape = (n,) if isinstance(leaf, spaces.Discrete) else (n, *leaf.shape)
+            values[path] = part.reshape(shape).astype(leaf.dtype, copy=False)
+            offset += size
+        return values[()] if self._simple else _rebuild(self.source_space, values, ())
+
     def to_env(self, row):
         """The env action for one flat action row (a scalar for Discrete)."""
         if self._discrete_start is not None:
@@ -228,6 +268,15 @@ class FlatAction:
             values[path] = self._leaf_value(leaf, start, row[offset:offset + size])
             offset += size
         return _rebuild(self.source_space, values, ())
+
+
+def row_of(values, index: int):
+    """Element `index` of a batched value (an array, or a Dict/Tuple of them)."""
+    if isinstance(values, dict):
+        return {key: row_of(value, index) for key, value in values.items()}
+    if isinstance(values, tuple):
+        return tuple(row_of(value, index) for value in values)
+    return values[index]
 
 
 def _rebuild(space, values, path):
