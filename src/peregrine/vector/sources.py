@@ -71,8 +71,8 @@ def is_native_name(name) -> bool:
 
 def describe_kinds() -> str:
     return ("a native env (see `peregrine envs`), gym:ID (a Gymnasium id), gym-vec:ID "
-            "(its vector env), pettingzoo:MODULE (e.g. pettingzoo:butterfly.knights_archers_zombies_v10) or a "
-            "factory module:function")
+            "(its vector env), pettingzoo:MODULE (e.g. "
+            "pettingzoo:butterfly.knights_archers_zombies_v10) or a factory module:function")
 
 
 def kind_of(name: str) -> str:
@@ -293,7 +293,6 @@ class EnvFactory:
         except Error as error:   # unknown id, version, namespace: Gymnasium's own message
             raise EnvSourceError(f"env {self.name!r}: {str(error).strip().splitlines()[0]}") \
                 from None
-
 
     def _vector_kwargs(self, env_id: str) -> dict:
         """make_vec's arguments for gym-vec:ID: the user's, asking for same-step
