@@ -43,7 +43,8 @@ class VecConfig:
     #                                  | device: the native env on train.device, torch buffers
     #                                  (a GPU env on cuda; no host copy in the rollout)
     #                                  | auto: native for a native env, multiprocessing for
-    #                                  an emulated one (Gymnasium, PettingZoo, a factory)
+    #                                  an emulated one (Gymnasium, PettingZoo, a factory),
+    #                                  serial for a gym-vec: one (resolve_auto)
     num_envs: int = 16               # env instances; rows = num_envs * agents_per_env
     num_threads: int = 1             # C step threads inside one native batch
     num_workers: Any = "auto"        # worker processes (multiprocessing / serial blocks), or
@@ -453,11 +454,15 @@ def resolve_auto(config: Config) -> None:
     available core (the largest divisor of num_envs within the core count); with
     train.overlap an emulated env is serial, stepped in the actor process (the
     actor and the learner fill two cores already; "multiprocessing" there is the
-    choice for a machine with cores to spare, overlap.py)."""
+    choice for a machine with cores to spare, overlap.py), and so is a gym-vec: env
+    (a vector env brings its own parallelism, as ALE's threads: no worker processes
+    and no copies between them)."""
     v = config.vec
     if v.backend == "auto":
+        from ..vector.sources import GYM_VECTOR_PREFIX
+        vector = config.env_factory is None and config.env_name.startswith(GYM_VECTOR_PREFIX)
         v.backend = "native" if config.is_native else \
-            "serial" if config.train.overlap else "multiprocessing"
+            "serial" if config.train.overlap or vector else "multiprocessing"
     if v.num_workers == "auto":
         if v.backend != "multiprocessing":
             v.num_workers = 1
