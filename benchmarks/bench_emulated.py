@@ -61,7 +61,10 @@ SPEED_SETUPS = {
                         warmup_updates=2, measure_updates=8, env_steps=2000),
     "pong": dict(env_id="ALE/Pong-v5", kwargs={}, wrappers=ATARI_WRAPPERS, cnn=True,
                  num_envs=4, horizon=128, minibatch=256, epochs=4, hidden=512, layers=0,
-                 warmup_updates=2, measure_updates=3, env_steps=500),
+                 warmup_updates=2, measure_updates=3, env_steps=500,
+                 # env-only also times ALE's own vector env (C++ threads, 2 here), through
+                 # gym-vec: and directly
+                 vector_env=True),
 }
 
 # ---- learn: rl-baselines3-zoo hyperparams/ppo.yml ---------------------------------------------
@@ -243,6 +246,24 @@ def peregrine_env_sps(setup, num_envs, steps, warmup=20) -> float:
     return stepped_sps(env, num_envs, steps, warmup)
 
 
+def gym_vec_env_sps(setup, num_envs, steps, warmup=20) -> float:
+    """The env's own Gymnasium vector env through `gym-vec:` (serial: the vector env's
+    threads do the stepping; ALE's does the Atari preprocessing itself)."""
+    import peregrine.vector as pv
+    env = pv.make(f"gym-vec:{setup['env_id']}", backend="serial", num_envs=num_envs, seed=0,
+                  num_threads=2)
+    return stepped_sps(env, num_envs, steps, warmup)
+
+
+def vector_env_sps(setup, num_envs, steps, warmup=20) -> float:
+    """The same vector env stepped directly (the peer of the row above)."""
+    import gymnasium
+    from gymnasium.vector import AutoresetMode
+    env = gymnasium.make_vec(setup["env_id"], num_envs=num_envs, num_threads=2,
+                             autoreset_mode=AutoresetMode.SAME_STEP)
+    return stepped_sps(env, num_envs, steps, warmup)
+
+
 def stepped_sps(env, num_envs, steps, warmup) -> float:
     """Env steps per second of a vector env stepped with random actions of its own
     action dtype, after `warmup` steps; the env is closed afterwards."""
@@ -344,12 +365,16 @@ def cmd_speed(args) -> None:
             backends = ["peregrine_mp", "gym_async", "gym_sync"]
             if not puffer_error:
                 backends.append("pufferlib_mp")
+            if setup.get("vector_env"):     # the env's own vector env: gym-vec: and direct
+                backends += ["peregrine_gym_vec", "vector_env"]
             env_windows = {b: [] for b in backends}
             n, steps = args.env_num_envs, setup["env_steps"]
             measure = {"peregrine_mp": lambda: peregrine_env_sps(setup, n, steps),
                        "gym_async": lambda: gymnasium_env_sps(setup, n, steps, True),
                        "gym_sync": lambda: gymnasium_env_sps(setup, n, steps, False),
-                       "pufferlib_mp": lambda: pufferlib_env_sps(setup, n, steps)}
+                       "pufferlib_mp": lambda: pufferlib_env_sps(setup, n, steps),
+                       "peregrine_gym_vec": lambda: gym_vec_env_sps(setup, n, steps),
+                       "vector_env": lambda: vector_env_sps(setup, n, steps)}
             for window in range(0 if args.skip_env_only else args.windows):
                 order = backends if window % 2 == 0 else backends[::-1]
                 for backend in order:
@@ -413,7 +438,8 @@ def speed_markdown(result: dict) -> str:
                              f"/ plain Peregrine {ratio(other, pg)} |")
     lines += ["", "### Env-only SPS, random actions (best of %d windows)" % result["windows"], ""]
     backends = sorted({b for row in result["env_only"].values() for b in row},
-                      key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp"].index)
+                      key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp",
+                           "peregrine_gym_vec", "vector_env"].index)
     lines.append("| env | N | " + " | ".join(backends) + " | Peregrine / Async | "
                  "Peregrine / Sync |")
     lines.append("|---|---|" + "---|" * (len(backends) + 2))
