@@ -467,9 +467,9 @@ class Acceptance:
     def g_learning(self, stage: Stage) -> None:
         """Learning at GPU scale: DroneSwarm's recipes trained on the device and
         evaluated (child_learning); stops starting runs at the deadline."""
-        if not self.args.tiny:          # what the earlier stages left, more or less than planned
-            deadline = self.deadline()
-            stage.budget = max(round(deadline - (time.time() - self.started)), 1)
+        if not self.args.tiny:          # what the earlier stages left, at least its planned budget
+            left = self.deadline() - (time.time() - self.started)
+            stage.budget = max(round(left), stage.budget)
         self.child(stage, "learning", self.out / "g_learning.json",
                    ["--seconds", str(stage.budget - 10)])
         runs = stage.result.get("runs", []) if stage.result else []
