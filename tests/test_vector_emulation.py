@@ -170,7 +170,7 @@ def test_emulation_refuses_bad_actions_and_objects():
             env.step(np.array([0, 2], np.int64))
         with pytest.raises(ValueError, match="out of range"):
             env.step(np.array([-1, 0], np.int64))
-    with pytest.raises(ValueError, match="gymnasium.Env, a PettingZoo ParallelEnv"):
+    with pytest.raises(ValueError, match="gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv"):
         pv.make(lambda: object(), backend="serial", num_envs=1)
 
 
