@@ -199,6 +199,12 @@ class _Unit:
         flat = getattr(self, "flat_observation", None)
         return None if flat is None else flat.source_space
 
+    def close(self):
+        """Closes the wrapped env (once; a unit that failed to start has none)."""
+        env, self.env = getattr(self, "env", None), None
+        if env is not None:
+            env.close()
+
     def __enter__(self):
         return self
 
@@ -279,11 +285,6 @@ class GymnasiumEmulation(_Unit):
         buffers.truncations[0] = truncated
         self._write(observation, info, buffers.observations[0])
         return self.observations, self.rewards, self.terminals, self.truncations, {}
-
-    def close(self):
-        env, self.env = getattr(self, "env", None), None
-        if env is not None:
-            env.close()
 
 
 class GymnasiumVectorEmulation(_Unit):
@@ -370,11 +371,6 @@ class GymnasiumVectorEmulation(_Unit):
         buffers.truncations[:] = truncated & ~terminated
         self.flat_observation.write_batch(observations, buffers.observations, self.where)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
-
-    def close(self):
-        env, self.env = getattr(self, "env", None), None
-        if env is not None:
-            env.close()
 
 
 class PettingZooEmulation(_Unit):
@@ -478,11 +474,6 @@ class PettingZooEmulation(_Unit):
             self._start_episode(observations)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
-    def close(self):
-        env, self.env = getattr(self, "env", None), None
-        if env is not None:
-            env.close()
-
 
 class CopiedBatch(_Unit):
     """A native batch created by a user callable: it owns its buffers, so its
@@ -521,8 +512,3 @@ class CopiedBatch(_Unit):
 
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return self.env.episode_stats(clear)
-
-    def close(self):
-        env, self.env = getattr(self, "env", None), None
-        if env is not None:
-            env.close()
