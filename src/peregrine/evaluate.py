@@ -166,7 +166,7 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
     keywords = emulated_env_keywords(env_name, policy, config)
-    factory = EnvFactory.from_keywords(env_name, keywords).one_env_each()
+    factory = EnvFactory.from_keywords(env_name, keywords).vector_envs_of(1)
     count, names, mean, std = _run_rounds(
         episodes, num_envs, seed,
         lambda instances, round_seed: vector.make(factory, backend="serial", num_envs=instances,

@@ -136,7 +136,7 @@ def _run_emulated(args) -> int:
     _, fields = world_overrides(args)
     keywords = {"render_mode": "rgb_array",
                 **emulated_env_keywords(args.env, args.policy, fields)}
-    factory = EnvFactory.from_keywords(args.env, keywords).one_env_each()
+    factory = EnvFactory.from_keywords(args.env, keywords).vector_envs_of(1)
     unit = emulate(factory(), seed=args.seed)
 
     def draw():

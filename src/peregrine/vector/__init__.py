@@ -84,8 +84,7 @@ def make(env: str | Callable[[], Any], backend: str | None = None, num_envs: int
     if (isinstance(env, EnvFactory) and env.kind == "gymnasium_vector"
             and "num_envs" not in env.kwargs and num_envs % num_workers == 0):
         # gym-vec: without its own num_envs: one vector env of a block's envs per worker
-        env = EnvFactory(env.name, {**env.kwargs, "num_envs": num_envs // num_workers},
-                         env.wrappers)
+        env = env.vector_envs_of(num_envs // num_workers)
     if backend == "native":
         if not isinstance(env, str):
             raise ValueError("backend 'native' needs a registered env name; use 'serial' or "

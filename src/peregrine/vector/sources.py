@@ -227,13 +227,13 @@ class EnvFactory:
         wrappers = kwargs.pop("wrappers", ())
         return cls(env, kwargs, wrappers)
 
-    def one_env_each(self) -> "EnvFactory":
-        """This factory, except that a gym-vec: one makes vector envs of one env, so
-        that each made unit is one env (evaluation counts each env's first episode,
-        render draws one)."""
+    def vector_envs_of(self, count: int) -> "EnvFactory":
+        """This factory, except that a gym-vec: one makes vector envs of `count` envs
+        (`vector.make` gives each worker one of its share; evaluation and render one
+        env each, so that each made unit is one env)."""
         if self.kind != "gymnasium_vector":
             return self
-        return EnvFactory(self.name, {**self.kwargs, "num_envs": 1}, self.wrappers)
+        return EnvFactory(self.name, {**self.kwargs, "num_envs": int(count)}, self.wrappers)
 
     def __repr__(self) -> str:
         return f"EnvFactory({self.name or self.__name__!r}, kwargs={self.kwargs!r}, " \
