@@ -46,8 +46,9 @@ g       learning at GPU scale: DroneSwarm's `global` recipe on five seeds at 100
 
 Each stage runs as its own process group under its own time budget (BUDGET_S;
 through a device tool of 600 s a call, as two calls: --part 1 and --part 2) and
-its result is written the moment it ends; b, c and g rewrite their result file after every row. A hung or crashed
-stage is killed and recorded; the others still run. OUT receives at most 8 small
+its result is written the moment it ends; b, c and g rewrite their result file
+after every row. A hung or crashed stage is killed and recorded; the others still
+run. OUT receives at most 8 small
 files (what the device tool brings back): acceptance.json and acceptance.md (the
 summary, rewritten after every stage), acceptance.log (the stages' output),
 a_tests.log, b_env_throughput.json, c_training.json, d_gpu_samples.csv and
