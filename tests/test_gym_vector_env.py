@@ -144,7 +144,7 @@ def test_a_gym_vec_run_trains_evaluates_and_resumes_by_its_checkpoint(tmp_path):
 
 def test_ale_vector_env_rows_are_its_stacked_frames():
     """ALE's own vector env (C++ threads, grayscale 84x84, four stacked frames): the rows
-    are its uint8 frames as it returns them."""
+    are its uint8 frames as it returns them. (ale-py is in the test extra.)"""
     ale_py = pytest.importorskip("ale_py")
     gym.register_envs(ale_py)
     with pv.make("gym-vec:ALE/Pong-v5", backend="serial", num_envs=2, seed=5,
