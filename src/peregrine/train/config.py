@@ -459,8 +459,9 @@ def resolve_auto(config: Config) -> None:
     and no copies between them)."""
     v = config.vec
     if v.backend == "auto":
-        from ..vector.sources import GYM_VECTOR_PREFIX
-        vector = config.env_factory is None and config.env_name.startswith(GYM_VECTOR_PREFIX)
+        from ..vector.sources import kind_of
+        vector = not config.is_native and config.env_factory is None \
+            and kind_of(config.env_name) == "gymnasium_vector"
         v.backend = "native" if config.is_native else \
             "serial" if config.train.overlap or vector else "multiprocessing"
     if v.num_workers == "auto":

@@ -248,9 +248,11 @@ class FlatAction:
             part = flat[:, offset:offset + size]
             if isinstance(leaf, spaces.Box):
                 part = np.nan_to_num(part, nan=0.0, posinf=0.0, neginf=0.0)
-            elif isinstance(leaf, (spaces.Discrete, spaces.MultiDiscrete)):
+            elif isinstance(leaf, (spaces.Discrete, spaces.MultiDiscrete)) and start.any():
                 part = part.astype(np.int64) + start.astype(np.int64)
             shape = (n,) if isinstance(leaf, spaces.Discrete) else (n, *leaf.shape)
+            # a view of the rows where nothing is shifted or cast (Discrete from 0, its
+            # own dtype: an Atari action batch costs no copy)
             values[path] = part.reshape(shape).astype(leaf.dtype, copy=False)
             offset += size
         return values[()] if self._simple else _rebuild(self.source_space, values, ())
