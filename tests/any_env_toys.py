@@ -221,3 +221,16 @@ class TagParallelEnv:
 
 def tag_parallel_env(length: int = 3):
     return TagParallelEnv(length)
+
+
+def cartpole_vector_env(num_envs: int = 4):
+    """A factory returning a VectorEnv: four same-step CartPoles in one unit."""
+    from gymnasium.vector import AutoresetMode
+    return gym.make_vec("CartPole-v1", num_envs=num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+
+
+def cartpole_native_batch(num_envs: int = 4):
+    """A factory returning a native batch of four CartPoles (a copied unit)."""
+    from peregrine.envs.registry import env_class
+    return env_class("cartpole")(num_envs=num_envs, seed=0)

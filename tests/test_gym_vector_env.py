@@ -178,3 +178,33 @@ def test_every_benchmark_config_loads_for_its_env(path):
         assert config.env_kwargs == {"num_threads": 2}
         # a vector env brings its own parallelism: stepped in the trainer's process
         assert (config.vec.backend, config.vec.num_workers) == ("serial", 1)
+
+
+def _lean_with_the_pole(observations):
+    return (observations[:, 2] > 0).astype(np.int64)
+
+
+@pytest.mark.parametrize("factory", ["any_env_toys:cartpole_vector_env",
+                                     "any_env_toys:cartpole_native_batch"])
+def test_eval_of_a_factory_holding_several_envs_counts_each_envs_first_episode(factory):
+    """A factory whose env holds 4 envs (a VectorEnv, a native batch): evaluation makes
+    whole ones (6 episodes: 8 envs) and averages the first episode of the first 6 envs,
+    as stepping the same 8 envs by hand gives it; 9 episodes take a second round."""
+    import any_env_toys  # noqa: F401  (importable: the factory's module)
+    result = evaluate(factory, _lean_with_the_pole, episodes=6, seed=0)
+    with pv.make(factory, backend="serial", num_envs=8, seed=0) as env:
+        observations, _ = env.reset(seed=0)
+        returns, lengths = np.zeros(8), np.zeros(8)
+        first = np.full((8, 2), np.nan)
+        while np.isnan(first[:6]).any():
+            observations, rewards, terminals, truncations, _ = env.step(
+                _lean_with_the_pole(observations).astype(env.actions.dtype))
+            returns += rewards
+            lengths += 1
+            for row in np.flatnonzero((terminals | truncations) & np.isnan(first[:, 0])):
+                first[row] = returns[row], lengths[row]
+    assert result["episodes"] == 6
+    assert result["mean"]["episode_return"] == pytest.approx(first[:6, 0].mean())
+    assert result["mean"]["episode_length"] == pytest.approx(first[:6, 1].mean())
+    assert len(set(first[:6, 1])) > 1, "the policy's episodes should differ in length"
+    assert evaluate(factory, _lean_with_the_pole, episodes=9, num_envs=8, seed=0)["episodes"] == 9

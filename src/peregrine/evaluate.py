@@ -119,7 +119,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         episodes, num_envs, seed,
         lambda instances, round_seed: make(env_name, num_envs=instances, seed=round_seed,
                                            num_threads=num_threads, **world["kwargs"]),
-        bind, lambda env, bound, round_seed: _first_episodes(env_name, env, bound, round_seed))
+        bind, lambda env, bound, round_seed, _instances: _first_episodes(env_name, env, bound, round_seed))
     env_config = bound_to["env_config"]
     label = _label(policy)
     return {
@@ -162,17 +162,23 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
     the emulation's: episode_return (a PettingZoo env's: the mean over its agents)
     and episode_length."""
     from . import vector
+    from .vector.recipe import EnvRecipe
     from .vector.sources import EnvFactory
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
     keywords = emulated_env_keywords(env_name, policy, config)
     factory = EnvFactory.from_keywords(env_name, keywords).vector_envs_of(1)
+    # a factory may return a VectorEnv of k envs: each round makes whole ones (a multiple
+    # of k envs) and counts the first `instances` envs' first episodes
+    per_unit = EnvRecipe(factory).probe()["envs_per_unit"] if factory.kind == "factory" else 1
     count, names, mean, std = _run_rounds(
         episodes, num_envs, seed,
-        lambda instances, round_seed: vector.make(factory, backend="serial", num_envs=instances,
-                                                  seed=round_seed),
+        lambda instances, round_seed: vector.make(
+            factory, backend="serial", num_envs=-(-instances // per_unit) * per_unit,
+            seed=round_seed),
         lambda env: make_policy(env_name, policy, env, seed=int(seed)),
-        lambda env, bound, round_seed: _first_emulated_episodes(env, bound, round_seed))
+        lambda env, bound, round_seed, instances: _first_emulated_episodes(
+            env, bound, round_seed, instances))
     label = _label(policy)
     return {"env": env_name, "policy": label, "preset": None,
             "world": f"keywords {factory.kwargs}" + (f", wrappers {factory.wrappers}"
@@ -191,11 +197,12 @@ def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, f
     makes `make_round_env(instances, seed + r * ROUND_SEED_STRIDE)` with as many
     instances as episodes are still needed (at most num_envs), binds the policy once
     (`bind(env)`; later rounds reset it, a random policy with a fresh seed) and counts
-    `first_episodes(env, policy, round_seed)` -> (count, sums, squares)."""
+    `first_episodes(env, policy, round_seed, instances)` -> (count, sums, squares)."""
     count, sums, squares, names, bound = 0, None, None, None, None
     for round_index in range(-(-episodes // num_envs)):
         round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
-        env = make_round_env(min(num_envs, episodes - count), round_seed)
+        instances = min(num_envs, episodes - count)
+        env = make_round_env(instances, round_seed)
         try:
             if bound is None:
                 bound = bind(env)
@@ -204,7 +211,7 @@ def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, f
                     bound.seed = int(seed) + round_index  # fresh random actions per round
                 reset_policy(bound, env)
             names = list(env.stat_names)
-            got, got_sums, got_squares = first_episodes(env, bound, round_seed)
+            got, got_sums, got_squares = first_episodes(env, bound, round_seed, instances)
         finally:
             env.close()
         count += got
@@ -214,16 +221,19 @@ def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, f
     return count, names, mean, np.sqrt(np.maximum(squares / count - mean * mean, 0.0))
 
 
-def _first_emulated_episodes(env, policy, seed: int, max_steps: int = DEFAULT_MAX_EPISODE_STEPS):
-    """(count, sums, squares) of every unit's first episode: each emulated env records
-    the episodes it finishes, and one step finishes at most one per env. Only the
-    units with a row that ended this step are asked (an episode's end flags a row)."""
-    units = [unit for block in env.blocks for unit in block.units]
-    rows = env.agents_per_env          # one emulated env per unit: its rows, in order
+def _first_emulated_episodes(env, policy, seed: int, instances: int,
+                             max_steps: int = DEFAULT_MAX_EPISODE_STEPS):
+    """(count, sums, squares) of the first episode of each of the first `instances` envs
+    (a unit holds one env, or the k envs of a VectorEnv): each unit records the episodes
+    it finishes, and one step finishes at most one per env. Only the envs with a row
+    that ended this step are asked (an episode's end flags a row)."""
+    envs = [(unit, index) for block in env.blocks for unit in block.units
+            for index in range(unit.num_envs)]
+    rows = env.agents_per_env          # each env's rows, in order
     sums = squares = None
-    finished = np.zeros(len(units), bool)
+    finished = np.arange(len(envs)) >= instances    # extra envs of a whole VectorEnv: not counted
     observations, _ = env.reset(seed=seed)
-    for unit in units:
+    for unit in {id(unit): unit for unit, _ in envs}.values():
         unit.episode_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
@@ -232,16 +242,16 @@ def _first_emulated_episodes(env, policy, seed: int, max_steps: int = DEFAULT_MA
             actions.reshape(env.action_space.shape))
         if observe_done is not None:
             observe_done(terminals, truncations)
-        ended = (terminals | truncations).reshape(len(units), rows).any(1) & ~finished
-        for index in np.flatnonzero(ended):
-            stats = units[index].episode_stats(clear=True)
-            if stats.count:
-                values = np.array([stats.mean[name] for name in env.stat_names])
+        ended = (terminals | truncations).reshape(len(envs), rows).any(1) & ~finished
+        for position in np.flatnonzero(ended):
+            unit, index = envs[position]
+            values = unit.ended_episode(index)
+            if values is not None:
                 sums = values if sums is None else sums + values
                 squares = values ** 2 if squares is None else squares + values ** 2
-                finished[index] = True
+                finished[position] = True
         if finished.all():
-            return len(units), sums, squares
+            return instances, sums, squares
     raise RuntimeError(f"episodes did not end within {max_steps + 1} steps")
 
 

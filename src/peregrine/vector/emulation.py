@@ -193,6 +193,14 @@ class _Unit:
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return self._stats.read(clear)
 
+    def ended_episode(self, index: int):
+        """The statistics (in `stat_names` order) of the episode that env `index` of
+        this unit ended in the last step, or None when no episode ended there (a
+        PettingZoo agent that left an episode still running). Reads and clears the
+        unit's record: a unit of one env finishes at most one episode a step."""
+        stats = self.episode_stats(clear=True)
+        return np.array([stats.mean[name] for name in self.stat_names]) if stats.count else None
+
     @property
     def structured_observation_space(self):
         """The env's own observation space that each flat row encodes."""
@@ -315,6 +323,7 @@ class GymnasiumVectorEmulation(_Unit):
         self._init_buffers(self.flat_observation.space, self.flat_action.space, 1, buffers)
         self._returns = np.zeros(count)
         self._lengths = np.zeros(count, np.int64)
+        self._ended = np.zeros((count, len(STAT_NAMES)))   # each env's last episode
         self.reset(seed)
 
     def reset(self, seed=None):
@@ -364,6 +373,7 @@ class GymnasiumVectorEmulation(_Unit):
                 self.flat_observation.write(row_of(final, row), buffers.final_observations[row],
                                             f"{self.where} (row {row}, its final observation)")
                 self._stats.record(float(self._returns[row]), float(self._lengths[row]))
+            self._ended[ended, 0], self._ended[ended, 1] = self._returns[ended], self._lengths[ended]
             self._returns[ended], self._lengths[ended] = 0.0, 0
         buffers.rewards[:] = rewards
         buffers.terminals[:] = terminated
@@ -371,6 +381,11 @@ class GymnasiumVectorEmulation(_Unit):
         buffers.truncations[:] = truncated & ~terminated
         self.flat_observation.write_batch(observations, buffers.observations, self.where)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
+
+
+    def ended_episode(self, index: int):
+        """The last episode env `index` ended (its rows hold one env each)."""
+        return self._ended[index].copy()
 
 
 class PettingZooEmulation(_Unit):
@@ -512,3 +527,9 @@ class CopiedBatch(_Unit):
 
     def episode_stats(self, clear: bool = True) -> EpisodeStats:
         return self.env.episode_stats(clear)
+
+    def ended_episode(self, index: int):
+        """Instance `index`'s episodes so far, averaged: its first episode when it first
+        ends (what evaluation asks for), from the batch's own per-instance record."""
+        episodes, sums = self.env.instance_stats(clear=False)
+        return sums[index] / episodes[index] if episodes[index] else None
