@@ -152,6 +152,9 @@ PEREGRINE_VARIANTS = {
                           ("vec.num_workers", 1)],
     # the same, the actor's envs on two worker processes of its own
     "peregrine_overlap_workers": [("train.overlap", True)],
+    # the learner on `--learner-threads` torch threads (fp32, then bf16 autocast)
+    "peregrine_threads": [],
+    "peregrine_threads_bf16": [("train.precision", "bf16")],
 }
 
 
@@ -177,6 +180,8 @@ def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, variant: str = "p
     ] + PEREGRINE_VARIANTS[variant]
     if not setup["cnn"]:
         overrides += [("policy.hidden_size", setup["hidden"]), ("policy.activation", "tanh")]
+    if variant.startswith("peregrine_threads"):
+        overrides.append(("train.torch_threads", setup["learner_threads"]))
     config = load_config(f"gym:{setup['env_id']}", None, overrides)
     started = time.perf_counter()
     train(config, run_dir, overwrite=True)
@@ -192,9 +197,10 @@ def peregrine_train_sps(setup: dict, seed: int, run_dir: Path, variant: str = "p
             "startup_and_total_seconds": total, "time_split_measured": split}
 
 
-def sb3_train_sps(setup: dict, seed: int) -> dict:
+def sb3_train_sps(setup: dict, seed: int, threads: int = 1) -> dict:
     """Training SPS of SB3 PPO (SubprocVecEnv, one process per env): a fresh model learns
-    `warmup_updates` rollouts, then `measure_updates` more are timed (model.learn)."""
+    `warmup_updates` rollouts, then `measure_updates` more are timed (model.learn), its
+    learner on `threads` torch threads."""
     from stable_baselines3 import PPO
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import SubprocVecEnv
@@ -211,6 +217,7 @@ def sb3_train_sps(setup: dict, seed: int) -> dict:
             policy_kwargs = dict(net_arch=dict(pi=[setup["hidden"]] * setup["layers"],
                                                vf=[setup["hidden"]] * setup["layers"]),
                                  activation_fn=torch.nn.Tanh)
+        torch.set_num_threads(threads)
         model = PPO(policy, venv, n_steps=setup["horizon"], batch_size=setup["minibatch"],
                     n_epochs=setup["epochs"], learning_rate=3e-4, policy_kwargs=policy_kwargs,
                     seed=seed, device="cpu", verbose=0)
@@ -219,6 +226,7 @@ def sb3_train_sps(setup: dict, seed: int) -> dict:
         model.learn(batch * setup["measure_updates"], reset_num_timesteps=False)
         seconds = time.perf_counter() - started
     finally:
+        torch.set_num_threads(1)
         venv.close()
     steps = batch * setup["measure_updates"]
     return {"sps": steps / seconds, "steps": steps, "seconds": seconds}
@@ -342,11 +350,14 @@ def cmd_speed(args) -> None:
             setup = dict(SPEED_SETUPS[key])
             if args.num_envs is not None:       # both libraries' training envs
                 setup["num_envs"] = args.num_envs
+            setup["learner_threads"] = args.learner_threads
             result["settings"][key] = {k: v for k, v in setup.items()}
             result["settings"][key]["env_only_num_envs"] = args.env_num_envs
             libs = ["peregrine", "sb3"] + (["peregrine_split"] if args.split else []) \
                 + (["peregrine_overlap"] if args.overlap else []) \
-                + (["peregrine_overlap_workers"] if args.overlap_workers else [])
+                + (["peregrine_overlap_workers"] if args.overlap_workers else []) \
+                + (["peregrine_threads", "peregrine_threads_bf16", "sb3_threads"]
+                   if args.learner_threads > 1 else [])
             windows = {lib: [] for lib in libs}
             for window in range(args.windows):
                 for lib in (libs if window % 2 == 0 else libs[::-1]):
@@ -357,8 +368,9 @@ def cmd_speed(args) -> None:
                             peregrine_train_sps(setup, window, Path(tmp) / f"{key}-{window}",
                                                 lib)))
                     else:
+                        threads = args.learner_threads if lib == "sb3_threads" else 1
                         got = recorded(f"[train] {key} window {window} {lib}",
-                                       lambda: sb3_train_sps(setup, window))
+                                       lambda: sb3_train_sps(setup, window, threads))
                     windows[lib].append(got)
             if not args.skip_train:
                 result["train"][key] = summarize_windows(windows)
@@ -436,6 +448,16 @@ def speed_markdown(result: dict) -> str:
                 other = row[lib]["best_sps"]
                 lines.append(f"| ({label}) | | | | | | {fmt(other)} | | {ratio(other, sb)}; "
                              f"/ plain Peregrine {ratio(other, pg)} |")
+        if "sb3_threads" in row:
+            threads = s.get("learner_threads")
+            sb_t = row["sb3_threads"]["best_sps"]
+            for lib, label in (("peregrine_threads", f"{threads} learner threads"),
+                               ("peregrine_threads_bf16", f"{threads} learner threads, bf16")):
+                other = row[lib]["best_sps"]
+                lines.append(f"| ({label}) | | | | | | {fmt(other)} | {fmt(sb_t)} | "
+                             f"{ratio(other, sb_t)} |")
+    if not result["env_only"]:
+        return "\n".join(lines)
     lines += ["", "### Env-only SPS, random actions (best of %d windows)" % result["windows"], ""]
     backends = sorted({b for row in result["env_only"].values() for b in row},
                       key=["peregrine_mp", "gym_async", "gym_sync", "pufferlib_mp",
@@ -786,6 +808,9 @@ def main(argv=None) -> None:
     speed.add_argument("--overlap", action="store_true",
                        help="also train Peregrine with train.overlap (an actor process steps "
                             "the envs while this one learns)")
+    speed.add_argument("--learner-threads", type=int, default=1, metavar="N",
+                       help="N > 1: also train both libraries with N torch threads in the "
+                            "learner, and Peregrine with N threads and bf16 autocast")
     speed.add_argument("--overlap-workers", action="store_true",
                        help="also train Peregrine with train.overlap and the actor's envs on "
                             "2 worker processes (vec.backend multiprocessing)")

@@ -125,6 +125,56 @@ def test_checkpoint_policy_is_evaluated(tmp_path):
     assert result["episodes"] == 2 and result["mean"]["episode_length"] == 20.0
 
 
+def _untrained_checkpoint(path, env_name):
+    from dataclasses import asdict
+
+    import torch
+
+    import peregrine
+    from peregrine.train.checkpoint import save
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy, describe_space
+
+    env = peregrine.make(env_name, num_envs=1, seed=0)
+    torch.manual_seed(0)        # the same untrained weights every run
+    policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
+    save(path, {"policy": policy.state_dict(), "config": {"policy": asdict(PolicyConfig())},
+                "observation_space": describe_space(env.single_observation_space),
+                "action_space": describe_space(env.single_action_space), "env_name": env_name})
+    env.close()
+    return str(path)
+
+
+def test_sampled_actions_are_seeded_and_differ_from_the_mode(tmp_path, capsys):
+    """`sample`: the checkpoint's actor draws its actions from a generator seeded by the
+    evaluation's seed (the same seed, the same episodes), not its argmax; a scripted
+    policy has no distribution to sample and is refused."""
+    pytest.importorskip("torch")
+    path = _untrained_checkpoint(tmp_path / "untrained.pt", "cartpole")
+    mode = evaluate("cartpole", path, episodes=32, seed=0)
+    sampled = evaluate("cartpole", path, episodes=32, seed=0, sample=True)
+    assert (mode["actions"], sampled["actions"]) == ("mode", "sampled")
+    assert sampled == evaluate("cartpole", path, episodes=32, seed=0, sample=True)
+    assert sampled["mean"] != evaluate("cartpole", path, episodes=32, seed=1, sample=True)["mean"]
+    assert sampled["mean"] != mode["mean"]
+    # the actor itself: an untrained policy's probabilities are near 1/2, so its samples
+    # differ from its argmax on about half of the rows, the same ones for the same seed
+    import peregrine
+    from peregrine.train.checkpoint import load_actor
+    env = peregrine.make("cartpole", num_envs=1, seed=0)
+    rows = np.random.default_rng(0).normal(size=(2000, 4)).astype(np.float32)
+    argmax = load_actor(path, env)(rows)
+    drawn = load_actor(path, env, sample_seed=3)(rows)
+    env.close()
+    assert 0.25 < np.mean(drawn != argmax) < 0.75
+    np.testing.assert_array_equal(drawn, load_actor(path, env, sample_seed=3)(rows))
+    with pytest.raises(ValueError, match="not a checkpoint"):
+        evaluate("cartpole", "random", episodes=2, sample=True)
+    assert main(["eval", "cartpole", "--policy", path, "--episodes", "32", "--sample",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["mean"] == sampled["mean"]
+
+
 def test_eval_cli_json_parses(capsys):
     assert main(["eval", "drone_swarm", "--policy", "voronoi", "--episodes", "3", "--seed", "2",
                  "--json"]) == 0

@@ -162,6 +162,27 @@ def test_ale_vector_env_rows_are_its_stacked_frames():
         theirs.close()
 
 
+def test_ale_vector_envs_past_the_first_get_seeds_it_takes():
+    """A unit past the first gets a 63-bit seed (unit_seed); ALE's vector env takes 32-bit
+    ones (seed + i for env i): the unit reduces it below 2**31 - n, so two units of one env
+    each (what eval and render build) reset, and apart. Seeds under the bound pass as
+    they are (the test above: unit 0, seed 5)."""
+    ale_py = pytest.importorskip("ale_py")
+    gym.register_envs(ale_py)
+    factory = EnvFactory("gym-vec:ALE/Pong-v5", {"num_envs": 1, "num_threads": 1})
+    assert unit_seed(0, 1) >= 1 << 31
+    with pv.make(factory, backend="serial", num_envs=2, seed=0) as env:
+        for _ in range(60):      # past the noop starts, which differ by seed
+            env.step(np.zeros(2, env.actions.dtype))
+        theirs = gym.make_vec("ALE/Pong-v5", num_envs=1, num_threads=1,
+                              autoreset_mode=AutoresetMode.SAME_STEP)
+        observations, _ = theirs.reset(seed=unit_seed(0, 1) % ((1 << 31) - 1))
+        for _ in range(60):
+            observations, *_ = theirs.step(np.zeros(1, np.int64))
+        np.testing.assert_array_equal(env.observations[1], observations.reshape(-1))
+        theirs.close()
+
+
 TRAINING_CONFIGS = sorted(
     path for path in (Path(__file__).resolve().parents[1] / "benchmarks" / "configs").glob("*.toml")
     if "[sweep]" not in path.read_text())     # a sweep's file: tests/test_sweep.py
@@ -175,7 +196,7 @@ def test_every_benchmark_config_loads_for_its_env(path):
     assert config.env_name and config.train.total_steps > 0
     if path.name == "pong-vector.toml":
         assert kind_of(config.env_name) == "gymnasium_vector"
-        assert config.env_kwargs == {"num_threads": 2}
+        assert config.env_kwargs == {"num_threads": 2, "repeat_action_probability": 0.0}
         # a vector env brings its own parallelism: stepped in the trainer's process
         assert (config.vec.backend, config.vec.num_workers) == ("serial", 1)
 

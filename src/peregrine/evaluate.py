@@ -84,7 +84,8 @@ def _check_positive(name: str, value) -> int:
 
 
 def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, preset: str | None = None,
-             num_envs: int | None = None, num_threads: int = 1, **config) -> dict:
+             num_envs: int | None = None, num_threads: int = 1, sample: bool = False,
+             **config) -> dict:
     """Runs `episodes` complete episodes and returns their statistics.
 
     Returns {"env", "policy", "preset", "world", "env_config", "episodes": n,
@@ -92,6 +93,8 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     deviation over the n episodes, "world" describes where the env config came
     from (see `eval_world`) and "env_config" is the resolved config.
     `num_envs` caps the instances stepped at once (default: min(episodes, 1024)).
+    `sample`: a checkpoint's policy samples its actions (seeded by `seed`) instead of
+    taking the mode ("actions" in the result says which).
     """
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0:
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
@@ -103,7 +106,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         if preset is not None:
             raise ValueError("a preset applies to native envs; an emulated env takes its "
                              "make's keywords (--env.KEY VALUE)")
-        return evaluate_emulated(env_name, policy, episodes, seed, num_envs, **config)
+        return evaluate_emulated(env_name, policy, episodes, seed, num_envs, sample, **config)
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 1024) if num_envs is None else _check_positive("num_envs", num_envs)
 
@@ -113,7 +116,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
     def bind(env):
         bound_to["env_config"] = protocols.env_config(env)
         return make_policy(env_name, policy, env, seed=int(seed),
-                           check_world=not world["explicit"])
+                           check_world=not world["explicit"], sample=sample)
 
     count, names, mean, std = _run_rounds(
         episodes, num_envs, seed,
@@ -129,6 +132,7 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         "world": world["description"],
         "env_config": env_config,
         "seed": int(seed),
+        "actions": "sampled" if sample else "mode",
         "episodes": count,
         "mean": {n: float(v) for n, v in zip(names, mean)},
         "std": {n: float(v) for n, v in zip(names, std)},
@@ -155,7 +159,7 @@ def emulated_env_keywords(env_name: str, policy, overrides: dict) -> dict:
 
 
 def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int = 0,
-                      num_envs: int | None = None, **config) -> dict:
+                      num_envs: int | None = None, sample: bool = False, **config) -> dict:
     """`evaluate` for an emulated env (Gymnasium, PettingZoo, a factory): the same
     unbiased count (each env contributes its first episode; rounds of fresh seeds),
     over `min(episodes, num_envs or 16)` envs stepped in this process. Statistics are
@@ -176,14 +180,15 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
         lambda instances, round_seed: vector.make(
             factory, backend="serial", num_envs=-(-instances // per_unit) * per_unit,
             seed=round_seed),
-        lambda env: make_policy(env_name, policy, env, seed=int(seed)),
+        lambda env: make_policy(env_name, policy, env, seed=int(seed), sample=sample),
         lambda env, bound, round_seed, instances: _first_emulated_episodes(
             env, bound, round_seed, instances))
     label = _label(policy)
     return {"env": env_name, "policy": label, "preset": None,
             "world": f"keywords {factory.kwargs}" + (f", wrappers {factory.wrappers}"
                                                      if factory.wrappers else ""),
-            "env_config": dict(factory.kwargs), "seed": int(seed), "episodes": count,
+            "env_config": dict(factory.kwargs), "seed": int(seed),
+            "actions": "sampled" if sample else "mode", "episodes": count,
             "mean": {n: float(v) for n, v in zip(names, mean)},
             "std": {n: float(v) for n, v in zip(names, std)}}
 

@@ -21,14 +21,27 @@ import os
 from .envs.scripted import resolve_policy
 
 
-def make_policy(env_name: str, policy, env, seed: int = 0, check_world: bool = True):
-    """Resolves `policy` (name, checkpoint path or object) to an object bound to `env`."""
-    return resolve_policy(env_name, policy, env, seed,
-                          lambda path: load_checkpoint_policy(path, env, check_world))
+def make_policy(env_name: str, policy, env, seed: int = 0, check_world: bool = True,
+                sample: bool = False):
+    """Resolves `policy` (name, checkpoint path or object) to an object bound to `env`.
+    `sample`: a checkpoint's actor samples its actions (seeded by `seed`) instead of
+    taking the mode; ValueError for any other policy."""
+    loaded = []
+
+    def load(path):
+        loaded.append(path)
+        return load_checkpoint_policy(path, env, check_world, int(seed) if sample else None)
+    bound = resolve_policy(env_name, policy, env, seed, load)
+    if sample and not loaded:
+        raise ValueError(f"sampling actions applies to a checkpoint's policy; {policy!r} is "
+                         f"not a checkpoint")
+    return bound
 
 
-def load_checkpoint_policy(path: str, env, check_world: bool = True):
-    """The deterministic actor of a checkpoint; ValueError with the reason if it cannot load."""
+def load_checkpoint_policy(path: str, env, check_world: bool = True,
+                           sample_seed: int | None = None):
+    """The actor of a checkpoint (the mode of its distribution, or samples seeded by
+    `sample_seed`); ValueError with the reason if it cannot load."""
     try:
         from .train.checkpoint import load_actor
     except ImportError as error:
@@ -36,7 +49,7 @@ def load_checkpoint_policy(path: str, env, check_world: bool = True):
                          f"(peregrine.train.checkpoint.load_actor, needs torch) is not "
                          f"available: {error}") from None
     try:
-        actor = load_actor(path, env, check_world=check_world)
+        actor = load_actor(path, env, check_world=check_world, sample_seed=sample_seed)
     except ValueError:
         raise
     except Exception as error:  # noqa: BLE001 - any decoding failure is a bad file

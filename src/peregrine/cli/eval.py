@@ -26,6 +26,10 @@ def add_arguments(parser):
                              "run directory")
     parser.add_argument("--episodes", type=int, default=64, help="complete episodes to run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--sample", action="store_true",
+                        help="a checkpoint's policy samples its actions (seeded by --seed) "
+                             "instead of taking the most likely one; how Atari policies are "
+                             "usually scored (a deterministic one can loop)")
     add_world_arguments(parser)
     parser.add_argument("--num-envs", type=int, default=None,
                         help="instances stepped at once (default: min(episodes, 1024))")
@@ -76,12 +80,14 @@ def run(args) -> int:
     preset, fields = world_overrides(args)
     start = time.perf_counter()
     result = evaluate(args.env, args.policy, episodes=args.episodes, seed=args.seed,
-                      preset=preset, num_envs=args.num_envs, num_threads=args.threads, **fields)
+                      preset=preset, num_envs=args.num_envs, num_threads=args.threads,
+                      sample=args.sample, **fields)
     result["seconds"] = time.perf_counter() - start
     if args.json:
         print(json.dumps(result))
         return 0
-    print(f"{result['env']}, policy {result['policy']}: "
+    print(f"{result['env']}, policy {result['policy']}"
+          f"{' (sampled actions)' if args.sample else ''}: "
           f"{result['episodes']} episodes, seed {result['seed']}, {result['seconds']:.1f} s")
     print(f"  world: {result['world']}")
     width = max(len(name) for name in result["mean"])

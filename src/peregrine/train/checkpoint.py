@@ -393,8 +393,10 @@ def world_differences(trained: dict, env_name: str, env: Any) -> dict:
             if env.config.get(key) != value}
 
 
-def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True) -> Actor:
-    """A deterministic actor from a checkpoint file (or a run directory) for `env`.
+def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
+               sample_seed: int | None = None) -> Actor:
+    """A deterministic actor from a checkpoint file (or a run directory) for `env`;
+    with `sample_seed`, one that samples its actions from a generator of that seed.
 
     Raises ValueError for a missing, truncated, corrupt or foreign file and for
     a checkpoint trained on an env with other spaces. With `check_world`, a
@@ -422,8 +424,9 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True)
     from .environment import action_mask_slice
     mask_slice = action_mask_slice(env, payload.get("env_name"),
                                    payload["config"].get("policy", {}).get("action_mask", "auto"))
+    generator = None if sample_seed is None else torch.Generator().manual_seed(int(sample_seed))
     return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label),
-                 mask_slice)
+                 mask_slice, generator)
 
 
 def build_obs_normalizer(payload: dict, policy: Policy,

@@ -43,6 +43,7 @@ from .common import BUFFER_NAMES, buffers_layout
 from .spaces import FlatAction, FlatObservation, row_of
 
 STAT_NAMES = DEFAULT_STATS     # what an emulated Gymnasium/PettingZoo env reports
+SEED_BOUND = 1 << 31           # a vector env's seeds (one per env, from its seed up) stay below
 
 
 def is_parallel_env(env) -> bool:
@@ -327,8 +328,11 @@ class GymnasiumVectorEmulation(_Unit):
         self.reset(seed)
 
     def reset(self, seed=None):
-        observations, _ = (self.env.reset() if seed is None
-                           else self.env.reset(seed=int(seed)))
+        # The seed is reduced below 2**31 - n: vector envs seed env i with seed + i, and
+        # ALE's takes 32-bit seeds, where a unit past the first gets a 63-bit one
+        # (unit_seed). Seeds under that bound pass unchanged.
+        observations, _ = (self.env.reset() if seed is None else
+                           self.env.reset(seed=int(seed) % (SEED_BOUND - self.num_envs)))
         self._clear_step_outputs()
         self.flat_observation.write_batch(observations, self.observations, self.where)
         self._returns[:], self._lengths[:] = 0.0, 0
