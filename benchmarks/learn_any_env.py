@@ -7,6 +7,10 @@ doorkey: MiniGrid DoorKey-5x5 through its Dict observation (benchmarks/configs/d
 per seed, the success rate of the trained policy (actions sampled, as in training) over
 100 fresh episodes (seeds 10_000 + k): an episode succeeds when it reaches the goal
 (terminated with reward > 0).
+`--lib sb3` (doorkey only): SB3's PPO with the RL Zoo's values for DoorKey-5x5 (8 envs,
+MiniGrid's FlatObsWrapper, VecNormalize, 128 steps, 10 epochs of 64, lr 2.5e-4, no entropy
+bonus) at the same 300k-step budget, scored the same way (sampled actions, the same 100
+episodes, observations normalised with the frozen training statistics).
 kaz: PettingZoo's knights_archers_zombies (benchmarks/configs/kaz.toml); per seed, the
 mean episode return (over agents) of the first and the last tenth of the updates, and
 whether it rose. One JSON line per seed is appended to --out as each finishes.
@@ -63,21 +67,73 @@ def doorkey_success(run_dir: Path, episodes: int = 100) -> float:
     return successes / episodes
 
 
+DOORKEY_ID = "MiniGrid-DoorKey-5x5-v0"
+DOORKEY_STEPS = 300_000       # benchmarks/configs/doorkey.toml's total_steps
+
+
+def sb3_doorkey(seed: int, run_dir: Path, episodes: int = 100) -> dict:
+    """SB3 PPO with the RL Zoo's DoorKey-5x5 values at Peregrine's budget: the training
+    curve from its Monitor files, then the success rate as `doorkey_success` counts it."""
+    import gymnasium
+    import minigrid  # noqa: F401  (registers the MiniGrid ids)
+    from minigrid.wrappers import FlatObsWrapper
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.vec_env import VecNormalize
+    run_dir.mkdir(parents=True, exist_ok=True)
+    venv = VecNormalize(make_vec_env(DOORKEY_ID, n_envs=8, seed=seed, monitor_dir=str(run_dir),
+                                     wrapper_class=FlatObsWrapper))
+    model = PPO("MlpPolicy", venv, n_steps=128, batch_size=64, gae_lambda=0.95, gamma=0.99,
+                n_epochs=10, ent_coef=0.0, learning_rate=2.5e-4, clip_range=0.2, seed=seed,
+                device="cpu", verbose=0)
+    start = time.perf_counter()
+    model.learn(DOORKEY_STEPS)
+    wall = time.perf_counter() - start
+    episodes_seen = []          # (end time, return) of every training episode, all envs
+    for monitor in run_dir.glob("*.monitor.csv"):
+        lines = monitor.read_text().splitlines()[2:]      # a JSON header, then r,l,t
+        episodes_seen += [(float(t), float(r)) for r, _l, t in (x.split(",") for x in lines)]
+    returns = [r for _t, r in sorted(episodes_seen)]
+    venv.training = False
+    successes = 0
+    for episode in range(episodes):
+        env = FlatObsWrapper(gymnasium.make(DOORKEY_ID))
+        obs, _ = env.reset(seed=10_000 + episode)
+        done, reward = False, 0.0
+        while not done:
+            action, _ = model.predict(venv.normalize_obs(obs), deterministic=False)
+            obs, reward, terminated, truncated, _ = env.step(int(action))
+            done = terminated or truncated
+        successes += terminated and reward > 0
+        env.close()
+    venv.close()
+    return {"seed": seed, "global_step": model.num_timesteps, "sps": model.num_timesteps / wall,
+            "wall_seconds": wall, "returns": returns, "success_rate": successes / episodes}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("env", choices=["doorkey", "kaz"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--runs", default="runs/learn-any-env")
     parser.add_argument("--out", required=True)
+    parser.add_argument("--lib", choices=["peregrine", "sb3"], default="peregrine",
+                        help="sb3: SB3 with the RL Zoo's values (doorkey only)")
     args = parser.parse_args()
+    if args.lib == "sb3" and args.env != "doorkey":
+        parser.error("--lib sb3 runs doorkey only (the RL Zoo has no KAZ values)")
     for seed in args.seeds:
-        run_dir = Path(args.runs) / f"{args.env}-s{seed}"
-        row = {"env": args.env, **train_seed(args.env, seed, run_dir)}
-        returns = curve(run_dir)
+        run_dir = Path(args.runs) / f"{args.env}-{args.lib}-s{seed}"
+        if args.lib == "sb3":
+            row = {"env": args.env, "library": "sb3", **sb3_doorkey(seed, run_dir)}
+            returns = row.pop("returns")
+        else:
+            row = {"env": args.env, "library": "peregrine", **train_seed(args.env, seed, run_dir)}
+            returns = curve(run_dir)
         tenth = max(1, len(returns) // 10)
         row["first_tenth_return"] = float(np.mean(returns[:tenth]))
         row["last_tenth_return"] = float(np.mean(returns[-tenth:]))
-        if args.env == "doorkey":
+        if args.env == "doorkey" and args.lib == "peregrine":
             row["success_rate"] = doorkey_success(run_dir)
         else:
             row["improved"] = row["last_tenth_return"] > row["first_tenth_return"]
