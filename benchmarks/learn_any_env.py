@@ -133,10 +133,9 @@ def main() -> int:
         tenth = max(1, len(returns) // 10)
         row["first_tenth_return"] = float(np.mean(returns[:tenth]))
         row["last_tenth_return"] = float(np.mean(returns[-tenth:]))
+        row["improved"] = row["last_tenth_return"] > row["first_tenth_return"]
         if args.env == "doorkey" and args.lib == "peregrine":
             row["success_rate"] = doorkey_success(run_dir)
-        else:
-            row["improved"] = row["last_tenth_return"] > row["first_tenth_return"]
         print(json.dumps(row), flush=True)
         with open(args.out, "a") as handle:
             handle.write(json.dumps(row) + "\n")
