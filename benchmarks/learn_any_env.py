@@ -53,11 +53,9 @@ def doorkey_success(run_dir: Path, episodes: int = 100) -> float:
     for episode in range(episodes):
         unit = emulate(factory(), seed=10_000 + episode)
         if actor is None:       # feed-forward: no state to reset between episodes
-            import torch
-            actor = load_actor(run_dir, unit)
             # sampled as in training: an argmax MiniGrid policy can loop forever in front
             # of a wall, which says little about what was learned
-            actor.generator = torch.Generator().manual_seed(episodes)
+            actor = load_actor(run_dir, unit, sample_seed=episodes)
         try:
             while unit.episode_stats(clear=False).count == 0:
                 unit.step(np.ascontiguousarray(actor(unit.observations), dtype=unit.actions.dtype))

@@ -28,8 +28,7 @@ def add_arguments(parser):
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--sample", action="store_true",
                         help="a checkpoint's policy samples its actions (seeded by --seed) "
-                             "instead of taking the most likely one, as Atari policies are "
-                             "usually scored")
+                             "instead of taking the most likely one")
     add_world_arguments(parser)
     parser.add_argument("--num-envs", type=int, default=None,
                         help="instances stepped at once (default: min(episodes, 1024))")
