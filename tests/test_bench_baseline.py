@@ -147,8 +147,11 @@ def test_sessions_are_interleaved_abba():
 
 # ---- refusals -----------------------------------------------------------------------------
 def run(store, *argv, timeout=600):
+    # Not under the suite's coverage: the sessions import a worktree's copy of the
+    # package (a second tree to coverage), and time, not code paths, is what they add.
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("COVERAGE_")}
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / "baseline.py"),
-                           "--store", str(store), *argv], cwd=ROOT, env=dict(os.environ, PYTHONPATH=SRC),
+                           "--store", str(store), *argv], cwd=ROOT, env=dict(environment, PYTHONPATH=SRC),
                           capture_output=True, text=True, timeout=timeout)
 
 
