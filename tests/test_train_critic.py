@@ -235,24 +235,51 @@ def test_two_data_parallel_ranks_train_with_a_global_critic(tmp_path):
     assert saved["critic_state_dim"] == 4 + 7 * 3 + 6 * 4 + 3
 
 
+# What the `wilderness` sweeps changed in `wilderness-global` (benchmarks/RESULTS.md,
+# "DroneSwarm sweeps"): two observation columns, a 32-unit LSTM in bf16.
+SWEPT = {("env", "obs_drone_id"): 1, ("env", "obs_network"): 1,
+         ("policy", "lstm_size"): 32, ("train", "precision"): "bf16"}
+
+
+def _setting(config, section, key):
+    part = getattr(config, section)
+    return part.get(key, 0) if isinstance(part, dict) else getattr(part, key)
+
+
+def _put(config, section, key, value):
+    part = getattr(config, section)
+    if isinstance(part, dict):
+        part.pop(key, None) if value == 0 else part.__setitem__(key, value)
+    else:
+        setattr(part, key, value)
+
+
 def test_the_wilderness_global_variant_is_the_wilderness_one_with_a_global_critic():
     """The shipped variant repeats the `wilderness` variant's settings (variants do not
-    layer): it must differ only in the critic (the budget too is the same 20M)."""
+    layer): it differs only in the critic and what the sweeps changed (the budget too
+    is the same 20M)."""
     mappo, plain = (load_config("drone_swarm", name) for name in ("wilderness-global",
                                                                   "wilderness"))
     assert (mappo.policy.critic, plain.policy.critic) == ("global", "local")
     assert mappo.train.total_steps == plain.train.total_steps == 20_000_000
     mappo.policy.critic = plain.policy.critic
+    for (section, key), value in SWEPT.items():
+        assert _setting(mappo, section, key) == value != _setting(plain, section, key)
+        _put(mappo, section, key, _setting(plain, section, key))
     assert mappo.to_dict() == plain.to_dict()
 
 
 def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstacles():
-    """Same settings as `wilderness-global` (variants do not layer), on the preset with
-    obstacles: one source of the recipe, checked here."""
+    """`wilderness-global`'s settings before the sweeps (variants do not layer), on the
+    preset with obstacles, where the swept settings have not been measured: one source
+    of the recipe, checked here."""
     obstacles, wilderness = (load_config("drone_swarm", name) for name in
                              ("obstacles-global", "wilderness-global"))
     assert obstacles.env["preset"] == "wilderness_obstacles_hard"
     obstacles.env["preset"] = wilderness.env["preset"]
+    for (section, key), value in SWEPT.items():
+        assert _setting(wilderness, section, key) == value != _setting(obstacles, section, key)
+        _put(wilderness, section, key, _setting(obstacles, section, key))
     assert obstacles.to_dict() == wilderness.to_dict()
 
 
