@@ -248,10 +248,12 @@ def _setting(config, section, key):
 
 def _put(config, section, key, value):
     part = getattr(config, section)
-    if isinstance(part, dict):
-        part.pop(key, None) if value == 0 else part.__setitem__(key, value)
-    else:
+    if not isinstance(part, dict):
         setattr(part, key, value)
+    elif value == 0:                 # an env column left at its default: not in the dict
+        part.pop(key, None)
+    else:
+        part[key] = value
 
 
 def test_the_wilderness_global_variant_is_the_wilderness_one_with_a_global_critic():
