@@ -2,6 +2,7 @@
 variant, a sweep killed mid-trial and resumed, and the one-line errors."""
 from __future__ import annotations
 
+import csv
 import os
 import signal
 import sqlite3
@@ -91,6 +92,18 @@ enqueue = [{ "train.learning_rate" = 5e-3 }, { "train.learning_rate" = 0.0 }]
     assert config.train.gamma == pytest.approx(best.params["train.gamma"])
     assert config.train.total_steps == 4096 and config.vec.num_envs == 16
     assert (tmp_path / "sweep/history.png").stat().st_size > 1000
+    # trials.csv: every trial, as the study holds it
+    with open(tmp_path / "sweep/trials.csv", newline="") as file:
+        rows = list(csv.DictReader(file))
+    assert [(int(r["trial"]), r["state"]) for r in rows] == [(t.number, t.state.name)
+                                                             for t in trials]
+    assert float(rows[0]["median"]) == trials[0].value
+    assert [float(v) for v in rows[0]["seed_values"].split()] == seeds
+    assert float(rows[1]["train.learning_rate"]) == 0.0 and rows[1]["median"] == ""
+    assert int(rows[1]["pruned_step"]) == trials[1].user_attrs["pruned_at"]["global_step"]
+    assert float(rows[1]["pruned_value"]) == trials[1].intermediate_values[trials[1].last_step]
+    assert rows[0]["pruned_step"] == rows[0]["pruned_value"] == ""
+    assert float(rows[2]["train.gamma"]) == trials[2].params["train.gamma"]
     # Run again: nothing left to do, no trial added.
     assert run_sweep(sweep, jobs=1, live=False) == 0
     assert len(study.get_trials()) == 3

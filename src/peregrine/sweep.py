@@ -44,7 +44,8 @@ FAIL at startup and not counted (trials on other machines sharing the storage
 are failed by Optuna's heartbeat once stale); new trials are asked for until
 COMPLETE + PRUNED reaches `trials`. Each completed trial rewrites
 SWEEP_DIR/best.toml (a config variant: `peregrine train ENV --config best.toml`);
-the end of the sweep also saves the study's plots as PNG.
+the end of the sweep also writes every trial to SWEEP_DIR/trials.csv and saves
+the study's plots as PNG.
 """
 from __future__ import annotations
 
@@ -577,6 +578,35 @@ def export_best(sweep: Sweep, study) -> Path | None:
     return path
 
 
+def export_trials(sweep: Sweep, study) -> Path:
+    """SWEEP_DIR/trials.csv: every trial of the study, one row each: number,
+    state, objective (complete trials), the per-seed values, where a pruned
+    trial stopped (seed, that run's global step, the value it reported last)
+    and its parameters (one column per swept key)."""
+    import csv
+    trials = study.get_trials(deepcopy=False)
+    keys = list(sweep.params)
+    path = Path(sweep.directory) / "trials.csv"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    temporary = path.with_name(f".trials.csv.{os.getpid()}")
+    with open(temporary, "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["trial", "state", sweep.objective, "seed_values", "pruned_seed",
+                         "pruned_step", "pruned_value", *keys])
+        for trial in trials:
+            state = trial.state.name
+            pruned = trial.user_attrs.get("pruned_at", {}) if state == "PRUNED" else {}
+            last = trial.intermediate_values.get(trial.last_step) if pruned else None
+            values = trial.user_attrs.get("seed_values", [])
+            writer.writerow([trial.number, state,
+                             repr(trial.value) if state == "COMPLETE" else "",
+                             " ".join(repr(v) for v in values), pruned.get("seed", ""),
+                             pruned.get("global_step", ""), "" if last is None else repr(last),
+                             *(trial.params.get(key, "") for key in keys)])
+    os.replace(temporary, path)
+    return path
+
+
 def save_plots(sweep: Sweep, study) -> list[Path]:
     """history.png (objective by trial) and, with >= 2 parameters and >= 2
     complete trials, importances.png (Optuna's fANOVA importances)."""
@@ -628,7 +658,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     """`peregrine sweep`: opens (or continues) the study, runs `jobs` worker
     processes until the sweep has its trials, shows the trials as they finish (a
     live Rich table on a terminal, plain lines otherwise), exports best.toml and
-    saves the plots. Returns the exit status (0 done, 130 Ctrl-C, else a worker's)."""
+    trials.csv and saves the plots. Returns the exit status (0 done, 130 Ctrl-C, else a worker's)."""
     import multiprocessing
 
     from .vector.common import available_cores, warn_if_oversubscribed
@@ -664,6 +694,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     finally:
         _stop_workers(workers, grace=0.0)
     best = export_best(sweep, study)
+    table = export_trials(sweep, study)
     plots = save_plots(sweep, study)
     counted = count_trials(study)
     print(f"{counted}/{sweep.trials} trials done ({count_trials(study, ('PRUNED',))} pruned, "
@@ -673,6 +704,7 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
         print(f"best: trial {winner.number}, {sweep.objective} {sweep.metric} "
               f"{winner.value:.6g}: {describe(winner)['params']}", file=out)
         print(f"best config: {best}  (peregrine train {sweep.env} --config {best})", file=out)
+    print(f"trials: {table}", file=out)
     if plots:
         print(f"plots: {', '.join(str(p) for p in plots)}", file=out, flush=True)
     if code == 0 and counted < sweep.trials:
