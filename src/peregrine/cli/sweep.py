@@ -6,8 +6,8 @@
 Tunes a config with Optuna (peregrine/sweep.py says what a sweep file holds).
 Running the same command again continues the study where it stopped. The sweep
 folder (--dir, default runs/sweeps/<file stem>) gets the study database, every
-trial's runs, best.toml (train it with `peregrine train ENV --config best.toml`)
-and the study's plots.
+trial's runs, best.toml (train it with `peregrine train ENV --config best.toml`),
+trials.csv (every trial, one row each) and the study's plots.
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="trials in parallel, one worker process each (at most one per "
                              "core; each trial trains single-threaded)")
     parser.add_argument("--dir", metavar="DIR", help="the sweep folder (default "
-                        "runs/sweeps/<file stem>): study.db, trials/, best.toml, plots")
+                        "runs/sweeps/<file stem>): study.db, trials/, best.toml, trials.csv, plots")
     parser.add_argument("--trials", type=int, metavar="N",
                         help="COMPLETE + PRUNED trials to reach (default: the file's)")
 
