@@ -658,7 +658,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     """`peregrine sweep`: opens (or continues) the study, runs `jobs` worker
     processes until the sweep has its trials, shows the trials as they finish (a
     live Rich table on a terminal, plain lines otherwise), exports best.toml and
-    trials.csv and saves the plots. Returns the exit status (0 done, 130 Ctrl-C, else a worker's)."""
+    trials.csv and saves the plots. Returns the exit status (0 done, 130 Ctrl-C,
+    else a worker's)."""
     import multiprocessing
 
     from .vector.common import available_cores, warn_if_oversubscribed
