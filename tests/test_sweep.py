@@ -240,7 +240,7 @@ def test_every_shipped_sweep_file_loads(path, tmp_path):
     assert sweep.params and sweep.seeds
     config = sweep.trial_config(sweep.enqueue[0] if sweep.enqueue else {}, sweep.seeds[0])
     assert config.env_name == sweep.env and config.train.seed == sweep.seeds[0]
+    resolved = config.to_dict()
     for section, values in sweep.fixed.items():
         for key, value in values.items():
-            part = getattr(config, section)
-            assert (part[key] if isinstance(part, dict) else getattr(part, key)) == value
+            assert resolved[section][key] == value

@@ -61,6 +61,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from .envs.raster import written_atomically
 from .monitor.metrics import pid_alive
 from .train.config import SECTIONS, dump_toml, load_config, read_toml, resolve_config_file
 
@@ -571,10 +572,9 @@ def export_best(sweep: Sweep, study) -> Path | None:
               f"# Train with: peregrine train {sweep.env} --config <this file>"]
     path = Path(sweep.directory) / "best.toml"
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".best.toml.{os.getpid()}")
-    temporary.write_text("\n".join(header) + "\n" + dump_toml(layers))
-    load_config(sweep.env, temporary)      # the variant it claims to be, or an error here
-    os.replace(temporary, path)
+    with written_atomically(path) as temporary:
+        temporary.write_text("\n".join(header) + "\n" + dump_toml(layers))
+        load_config(sweep.env, temporary)  # the variant it claims to be, or an error here
     return path
 
 
@@ -588,8 +588,7 @@ def export_trials(sweep: Sweep, study) -> Path:
     keys = list(sweep.params)
     path = Path(sweep.directory) / "trials.csv"
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".trials.csv.{os.getpid()}")
-    with open(temporary, "w", newline="") as file:
+    with written_atomically(path) as temporary, open(temporary, "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["trial", "state", sweep.objective, "seed_values", "pruned_seed",
                          "pruned_step", "pruned_value", *keys])
@@ -603,7 +602,6 @@ def export_trials(sweep: Sweep, study) -> Path:
                              " ".join(repr(v) for v in values), pruned.get("seed", ""),
                              pruned.get("global_step", ""), "" if last is None else repr(last),
                              *(trial.params.get(key, "") for key in keys)])
-    os.replace(temporary, path)
     return path
 
 
