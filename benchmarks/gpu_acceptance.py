@@ -42,7 +42,8 @@ f       all-CPU training as a user would run it on this machine: data-parallel r
         DroneSwarm's fast config at 1/2/4/8 ranks: efficiency);
 g       learning at GPU scale: DroneSwarm's `global` recipe on five seeds at 100M
         agent steps, evaluated (64 episodes, seed 0); `wilderness` timed to 99%
-        success; `obstacles-global` likewise, as far as the deadline allows.
+        success; `obstacles-global` likewise, as far as the deadline allows; runs an
+        earlier window recorded under benchmarks/gpu_runs/ go last (they repeat).
 
 Each stage runs as its own process group under its own time budget (BUDGET_S;
 through a device tool of 600 s a call, as two calls: --part 1 and --part 2) and
@@ -608,7 +609,7 @@ def timed_window(run: dict) -> tuple[float, float, str] | None:
 def gpu_usage(points: list, runs: list[dict]) -> dict:
     """Utilisation over each run's timed window only, and device-wide memory (every
     process, the CUDA context and kernels' local memory: what nvidia-smi reports)
-    just before the run started and at most during its window; overall too."""
+    at the run's start and at most during its window; overall too."""
     def over(chosen):
         if not chosen:
             return {"samples": 0}
@@ -625,8 +626,13 @@ def gpu_usage(points: list, runs: list[dict]) -> dict:
         first, last, kind = window
         usage[run["name"]] = entry = over([p for p in points if first <= p[0] <= last])
         entry["window"] = kind
+        # Before the run: its own NVML reading at its start (after the last run's memory
+        # was freed) where it took one; else the last 250 ms sample, which can still
+        # hold the previous run's memory.
         before = [p for p in points if p[0] <= run.get("start", first)]
-        if before:
+        if "device_used_before_mib" in run:
+            entry["memory_before_mib"] = round(run["device_used_before_mib"])
+        elif before:
             entry["memory_before_mib"] = before[-1][2]
     return usage
 
@@ -1106,6 +1112,26 @@ def learning_plan(tiny: bool) -> list[dict]:
     return runs
 
 
+def recorded_learning(runs_folder: Path = ROOT / "benchmarks" / "gpu_runs") -> set[str]:
+    """Names of the stage-g runs an earlier window recorded to the end (its steps, or
+    its success target). The device's runs repeat bit for bit (the 2026-11-27 and
+    2026-11-28 H200 windows gave `global` seeds 11 and 12 the same returns to the last
+    digit), so a window spends its minutes on runs not yet recorded first."""
+    names = set()
+    for path in sorted(runs_folder.glob("*/g_learning.json")):
+        for run in json.loads(path.read_text()).get("runs", []):
+            if "error" not in run and (run.get("finished") or run.get("reached")):
+                names.add(run["name"])
+    return names
+
+
+def unrecorded_first(plan: list[dict], recorded: set[str]) -> list[dict]:
+    """The plan in its order, runs already recorded moved to the end (they still run,
+    as a repeat, when the deadline leaves time)."""
+    return ([run for run in plan if run["name"] not in recorded]
+            + [run for run in plan if run["name"] in recorded])
+
+
 def child_learning(device: str, tiny: bool, result_path: Path, seconds: float) -> dict:
     """Trains each planned run on the device until its steps (or the deadline), then
     evaluates it (or, for a time-to-success run, records when the training episodes'
@@ -1116,7 +1142,7 @@ def child_learning(device: str, tiny: bool, result_path: Path, seconds: float) -
     from peregrine.train.ppo import Trainer
     deadline = time.monotonic() + seconds
     results = {"runs": []}
-    for plan in learning_plan(tiny):
+    for plan in unrecorded_first(learning_plan(tiny), set() if tiny else recorded_learning()):
         if deadline - time.monotonic() < (2 if tiny else 15):
             break
         run = {"name": plan["name"], "env": "drone_swarm", "kind": "learning",

@@ -10,6 +10,7 @@ import base64
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -338,3 +339,41 @@ def test_the_learning_plan_trains_fresh_seeds_with_a_shipped_batch_control():
     for run in judged:
         if run not in controls:
             assert dict(run["overrides"])["vec.num_envs"] == 16 * 128 and run["steps"] == 10 ** 8
+
+
+def test_stage_g_runs_what_no_window_recorded_first(tmp_path):
+    """The recorded windows hold `global` seeds 11-12 and `wilderness` to the end
+    (seed 13 ended at the deadline, short of its steps): a window starts with the
+    runs still owed, and repeats the recorded ones only after them."""
+    runs = ROOT / "benchmarks" / "gpu_runs"
+    for window in ("2026-11-27-h200-full", "2026-11-28-h200"):
+        (tmp_path / window).mkdir()
+        shutil.copy(runs / window / "g_learning.json", tmp_path / window)
+    recorded = gpu_acceptance.recorded_learning(tmp_path)
+    assert recorded <= gpu_acceptance.recorded_learning()      # the shipped folder's too
+    assert {"global, seed 11", "global, seed 12", "wilderness to 99% success",
+            "global as shipped (CPU batch), seed 11"} <= recorded
+    assert "global, seed 13" not in recorded
+    order = [run["name"] for run in
+             gpu_acceptance.unrecorded_first(gpu_acceptance.learning_plan(tiny=False), recorded)]
+    assert order[:3] == ["global, seed 13", "global, seed 14", "global, seed 15"]
+    assert order[3].startswith("obstacles-global")
+    assert set(order[-4:]) == {"global, seed 11", "global, seed 12",
+                               "wilderness to 99% success",
+                               "global as shipped (CPU batch), seed 11"}
+    assert sorted(order) == sorted(run["name"] for run in gpu_acceptance.learning_plan(False))
+
+
+def test_memory_before_a_run_is_its_own_reading_where_it_took_one():
+    """2026-11-28: the 250 ms sample before `cartpole C-env split 2` still held the
+    previous DroneSwarm row (1,683 MiB, more than the 1,465 the row reached); the run's
+    own NVML reading at its start (1,147) is what the table gives."""
+    run = ROOT / "benchmarks" / "gpu_runs" / "2026-11-28-h200"
+    runs = json.loads((run / "c_training.json").read_text())["runs"]
+    usage = gpu_acceptance.gpu_usage(gpu_acceptance.read_samples(run / "d_gpu_samples.csv"),
+                                     runs)
+    split = usage["cartpole C-env split 2"]
+    assert split["memory_before_mib"] == 1147 and split["memory_used_max_mib"] == 1465
+    for entry in usage.values():
+        if "memory_before_mib" in entry and entry["window"] == "timed":
+            assert entry["memory_before_mib"] <= entry["memory_used_max_mib"]
