@@ -162,5 +162,4 @@ def test_the_results_table_is_generated_from_the_data():
     outside = results[:tables[0].start()] + results[tables[0].end():]
     assert not [line for line in outside.splitlines() if line.startswith("|")]
     rows = tables[0].group(3).strip().splitlines()[2:]
-    assert len(rows) >= 20 and all(row.rstrip(" |").endswith(("2026-11-21", "2026-11-22", "2026-11-23", "2026-11-24",
-                                                               "2026-11-25", "2026-11-26", "2026-11-27")) for row in rows)
+    assert len(rows) >= 20 and all(re.search(r"\d{4}-\d{2}-\d{2}$", row.rstrip(" |")) for row in rows)
