@@ -10,7 +10,9 @@
 
 Each measurement is one real job, `torchrun --standalone --nproc-per-node N -m
 peregrine train ENV` (N = 1 is the plain one-process trainer: torchrun with one
-rank starts no process group), pinned with `taskset` to cores 0..N-1, on the
+rank starts no process group), pinned with `taskset` to N CPUs of N different
+physical cores where the machine has them (`rank_cpus`: SMT siblings come only
+after every core has one rank), on the
 env's shipped config (so `vec.num_envs` and the minibatch are per rank and the
 global batch grows with N: weak scaling), trained through all the steps
 (`train.stop_return` 0). The N-rank jobs run once per `--backends` entry
@@ -51,6 +53,43 @@ import time
 from pathlib import Path
 
 STEPS = {"cartpole": 400_000, "drone_swarm": 2_000_000}
+
+
+def cpu_topology(cpus) -> dict:
+    """CPU -> (package, core) from /sys/devices/system/cpu; ("cpu", n) where unknown."""
+    topology = {}
+    for cpu in cpus:
+        base = Path(f"/sys/devices/system/cpu/cpu{cpu}/topology")
+        try:
+            topology[cpu] = (int((base / "physical_package_id").read_text()),
+                             int((base / "core_id").read_text()))
+        except (OSError, ValueError):
+            topology[cpu] = ("cpu", cpu)
+    return topology
+
+
+def rank_cpus(topology=None, allowed=None) -> list[int]:
+    """This process's CPUs in the order ranks take them: one CPU of every physical
+    core first (cores in order), then the cores' second hardware threads, and so on,
+    so N ranks run on N physical cores where the machine has that many. `allowed`:
+    the CPUs (default: this process's affinity); `topology` maps a CPU to its
+    (package, core) pair, by default read from /sys/devices/system/cpu (a CPU
+    without that file counts as its own core)."""
+    allowed = sorted(os.sched_getaffinity(0) if allowed is None else allowed)
+    if topology is None:
+        topology = cpu_topology(allowed)
+    threads: dict = {}
+    for cpu in allowed:
+        threads.setdefault(topology.get(cpu, ("cpu", cpu)), []).append(cpu)
+    ordered = []
+    for level in range(max((len(cpus) for cpus in threads.values()), default=0)):
+        ordered += [cpus[level] for cpus in threads.values() if level < len(cpus)]
+    return ordered
+
+
+def cpu_list(ranks: int) -> str:
+    """The taskset list for `ranks` ranks (rank_cpus' first `ranks`)."""
+    return ",".join(str(cpu) for cpu in rank_cpus()[:ranks])
 
 
 def job_command(env: str, ranks: int, steps: int, run_dir: Path, cores: str, extra=()) -> list:
@@ -97,8 +136,7 @@ def read_run(env: str, ranks: int, run_dir: Path, command: list) -> dict:
 
 def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
     run_dir = workdir / f"{env}-{ranks}"
-    cores = ",".join(str(c) for c in range(ranks))
-    command = job_command(env, ranks, steps, run_dir, cores, extra)
+    command = job_command(env, ranks, steps, run_dir, cpu_list(ranks), extra)
     started = time.monotonic()
     run_jobs([command])
     # the whole job, start-up (imports, torchrun, compilation) and checkpoint included
@@ -107,12 +145,13 @@ def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
 
 def measure_independent(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
     """The machine's ceiling for `ranks` ranks: that many independent one-process jobs at
-    once, job i pinned to core i, no collective. Their summed SPS over (ranks x the
+    once, job i pinned to the CPU rank i would take, no collective. Their summed SPS over (ranks x the
     1-rank SPS) is the most any data-parallel job could reach here: what it loses
     comes from sharing the machine (memory bandwidth, caches, clocks), not from
     the trainer."""
     dirs = [workdir / f"{env}-independent-{ranks}-{i}" for i in range(ranks)]
-    commands = [job_command(env, 1, steps, d, str(i), extra) for i, d in enumerate(dirs)]
+    commands = [job_command(env, 1, steps, d, str(cpu), extra)
+                for d, cpu in zip(dirs, rank_cpus()[:ranks])]
     run_jobs(commands)
     runs = [read_run(env, 1, d, c) for d, c in zip(dirs, commands)]
     return {"env": env, "ranks": ranks, "independent": True,
@@ -169,8 +208,7 @@ def time_all_reduce(numel: int, backend: str, repeats: int) -> None:
 def measure_all_reduce(env: str, ranks: int, backend: str, config_file=None, sets=()) -> dict:
     """The collective's share of an update: all-reduce time x gradient steps."""
     numel, steps = policy_size(env, config_file, sets)
-    cores = ",".join(str(c) for c in range(ranks))
-    command = ["taskset", "-c", cores, sys.executable, "-m", "torch.distributed.run",
+    command = ["taskset", "-c", cpu_list(ranks), sys.executable, "-m", "torch.distributed.run",
                "--standalone", "--nproc-per-node", str(ranks), __file__,
                "--all-reduce-worker", str(numel), "--backends", backend]
     done = subprocess.run(command, capture_output=True, text=True,
@@ -192,9 +230,10 @@ def main(argv=None) -> int:
                         help="a config override for every job, e.g. --set train.precision bf16")
     parser.add_argument("--config", help="a shipped config variant or TOML file for every job "
                         "(peregrine train --config), e.g. --config fast")
-    parser.add_argument("--independent", action="store_true",
+    parser.add_argument("--independent", nargs="*", type=int, metavar="N",
                         help="also run N independent 1-rank jobs at once (one per core): the "
-                             "machine's ceiling for N ranks without collectives")
+                             "machine's ceiling for N ranks without collectives; for the N "
+                             "given, or every N > 1 of --ranks when none is")
     parser.add_argument("--backends", nargs="+", default=["auto"],
                         choices=["auto", "shm", "gloo"],
                         help="train.dist_backend of the N-rank jobs, one job per entry")
@@ -210,7 +249,8 @@ def main(argv=None) -> int:
         parser.error(f"--ranks {max(args.ranks)} needs that many cores; this machine has {cores}")
     if 1 not in args.ranks:
         parser.error("--ranks must include 1 (the baseline of the efficiency)")
-    print(f"# {platform.node()}: {cores} cores, load average {os.getloadavg()[0]:.2f}; "
+    print(f"# {platform.node()}: {cores} cores (ranks take CPUs {cpu_list(cores)} in that "
+          f"order), load average {os.getloadavg()[0]:.2f}; "
           f"python {platform.python_version()}")
     results = []
     with tempfile.TemporaryDirectory() as workdir:
@@ -249,7 +289,8 @@ def main(argv=None) -> int:
                           f"({result['global_step']:,} steps, {result['updates']} updates; job "
                           f"{result['job_s']:.1f} s, compilation {result['compile_s']:.1f} s)",
                           flush=True)
-                if ranks > 1 and args.independent:
+                if ranks > 1 and args.independent is not None and (
+                        not args.independent or ranks in args.independent):
                     alone = measure_independent(env, ranks, steps, Path(workdir), overrides)
                     alone["efficiency"] = alone["sps"] / (ranks * baseline)
                     results.append(alone)

@@ -265,6 +265,8 @@ def test_targets_and_gpu_samples_are_read_from_what_was_measured(tmp_path):
              "kind": "startup", "wall_seconds": 3.5}]}},
         "f_ranks": {"result": {"rows": [
             {"env": "drone_swarm", "ranks": 1, "sps": 1e5, "efficiency": 1.0},
+            {"env": "drone_swarm", "ranks": 8, "independent": True, "sps": 7.8e5,
+             "efficiency": 0.975},      # the machine's ceiling: neither target nor best job
             {"env": "drone_swarm", "ranks": 8, "sps": 7e5, "efficiency": 0.875}]}}}}
     found = {row["target"]: row for row in gpu_acceptance.targets(report)}
     assert found["CartPole env steps/s on the GPU"]["measured"] == 2e10
@@ -278,7 +280,14 @@ def test_targets_and_gpu_samples_are_read_from_what_was_measured(tmp_path):
     solve = found["CartPole --config gpu: worst seconds of training to 475"]
     assert (solve["measured"], solve["met"]) == (0.9, True)             # the candidate's worst
     assert found["CartPole --config gpu: seconds from process start (warm cache)"]["met"] is False
+    assert found["DroneSwarm fast config, efficiency at 8 ranks"]["measured"] == 0.875
     assert found["DroneSwarm fast config, efficiency at 8 ranks"]["met"] is True
+    assert gpu_acceptance.all_cpu_best(report, "drone_swarm")["sps"] == 7e5
+    assert "| drone_swarm | 8 independent 1-rank jobs (the machine's ceiling) |" in \
+        gpu_acceptance.markdown({
+            "tiny": False, "device": "cuda", "started": "-", "wall_seconds": 1, "budget_s": 1,
+            "stages": {"f_ranks": {**report["stages"]["f_ranks"], "status": "passed",
+                                   "seconds": 1, "budget_s": 1, "notes": []}}})
     report["stages"]["c_training"]["result"]["runs"][3]["recent_return"] = 300.0
     unsolved = {row["target"]: row for row in gpu_acceptance.targets(report)}
     assert unsolved["CartPole --config gpu: worst seconds of training to 475"]["met"] is False
