@@ -145,10 +145,10 @@ def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
 
 def measure_independent(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
     """The machine's ceiling for `ranks` ranks: that many independent one-process jobs at
-    once, job i pinned to the CPU rank i would take, no collective. Their summed SPS over (ranks x the
-    1-rank SPS) is the most any data-parallel job could reach here: what it loses
-    comes from sharing the machine (memory bandwidth, caches, clocks), not from
-    the trainer."""
+    once, job i pinned to the CPU rank i would take, no collective. Their summed SPS
+    over (ranks x the 1-rank SPS) is the most any data-parallel job could reach here:
+    what it loses comes from sharing the machine (memory bandwidth, caches, clocks),
+    not from the trainer."""
     dirs = [workdir / f"{env}-independent-{ranks}-{i}" for i in range(ranks)]
     commands = [job_command(env, 1, steps, d, str(cpu), extra)
                 for d, cpu in zip(dirs, rank_cpus()[:ranks])]

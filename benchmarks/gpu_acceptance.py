@@ -829,7 +829,8 @@ def markdown(report: dict) -> str:
                   "| env (fast config) | ranks | SPS | SPS per rank | efficiency |",
                   "|---|---:|---:|---:|---:|"]
         for row in ranks:
-            label = " independent 1-rank jobs (the machine's ceiling)" * bool(row.get("independent"))
+            label = (" independent 1-rank jobs (the machine's ceiling)"
+                     if row.get("independent") else "")
             lines.append(f"| {row['env']} | {row['ranks']}{label} | {number(row['sps'])} | "
                          f"{number(row['sps'] / row['ranks'])} | "
                          f"{number(row.get('efficiency'))} |")
