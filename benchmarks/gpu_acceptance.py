@@ -1139,7 +1139,9 @@ def recorded_learning(runs_folder: Path = ROOT / "benchmarks" / "gpu_runs") -> s
     """Names of the stage-g runs an earlier window recorded to the end (its steps, or
     its success target). The device's runs repeat bit for bit (the 2026-11-27 and
     2026-11-28 H200 windows gave `global` seeds 11 and 12 the same returns to the last
-    digit), so a window spends its minutes on runs not yet recorded first."""
+    digit), so a window spends its minutes on runs not yet recorded first. Runs are
+    matched by name: after a variant's settings change, move its old records aside
+    (or rename the plan's runs) so that the new settings are measured first."""
     names = set()
     for path in sorted(runs_folder.glob("*/g_learning.json")):
         for run in json.loads(path.read_text()).get("runs", []):
