@@ -635,11 +635,12 @@ def gpu_usage(points: list, runs: list[dict]) -> dict:
         # Before the run: its own NVML reading at its start (after the last run's memory
         # was freed) where it took one; else the last 250 ms sample, which can still
         # hold the previous run's memory.
-        before = [p for p in points if p[0] <= run.get("start", first)]
         if "device_used_before_mib" in run:
             entry["memory_before_mib"] = round(run["device_used_before_mib"])
-        elif before:
-            entry["memory_before_mib"] = before[-1][2]
+        else:
+            before = [p for p in points if p[0] <= run.get("start", first)]
+            if before:
+                entry["memory_before_mib"] = before[-1][2]
     return usage
 
 
@@ -882,9 +883,9 @@ def child_system(device: str) -> dict:
         info["nvrtc"] = f"unavailable: {error}"
     # The CPUs stage f pins its ranks to, and how many physical cores they are
     from bench_distributed import cpu_topology, rank_cpus
-    cpus = sorted(os.sched_getaffinity(0))
-    info["physical_cores"] = len(set(cpu_topology(cpus).values()))
-    info["rank_cpus"] = ",".join(map(str, rank_cpus()))
+    topology = cpu_topology(sorted(os.sched_getaffinity(0)))
+    info["physical_cores"] = len(set(topology.values()))
+    info["rank_cpus"] = ",".join(map(str, rank_cpus(topology)))
     try:
         info["cpu_model"] = next(line.split(":", 1)[1].strip() for line in
                                  Path("/proc/cpuinfo").read_text().splitlines()
