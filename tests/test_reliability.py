@@ -157,11 +157,33 @@ def test_user_files_inside_a_run_folder_are_kept_without_overwrite(tmp_path, cap
     assert (run / "metrics.jsonl").read_text() == '{"updates": 1}\n'
 
 
+def test_a_checkpoint_write_cut_short_keeps_the_last_and_names_its_leftover_as_run_dir_knows(
+        tmp_path, monkeypatch):
+    """Ctrl-C between writing and renaming: the previous checkpoint stays, no temporary
+    file stays, and the temporary file's name is the one run_dir takes for a crashed
+    attempt's leftover (a second copy of that naming would drift)."""
+    from peregrine.train import checkpoint, run_dir
+    path = run_dir.checkpoint_path(tmp_path)
+    checkpoint.save(path, {"updates": 1})
+    written = []
+
+    def interrupted(fd):
+        written.append(Path(os.readlink(f"/proc/self/fd/{fd}")).name)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(checkpoint.os, "fsync", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        checkpoint.save(path, {"updates": 2})
+    assert os.listdir(path.parent) == ["latest.pt"]
+    assert checkpoint.load(path)["updates"] == 1
+    assert written[0].startswith(run_dir.RUN_FOLDER_PREFIXES["checkpoints"]), written
+
+
 def test_a_crashed_attempt_with_only_run_files_is_still_cleaned(tmp_path):
     from peregrine.train import run_dir
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    (run / "checkpoints" / f".latest.pt.tmp{os.getpid()}").write_bytes(b"half")
+    (run / "checkpoints" / f".latest.partial{os.getpid()}.pt").write_bytes(b"half")
     (run / "tensorboard").mkdir()
     (run / "tensorboard" / "events.out.tfevents.1.host.1.0").write_bytes(b"x")
     (run / "metrics.jsonl").write_text("{}\n")

@@ -61,7 +61,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from .envs.raster import written_atomically
+from .files import written_atomically
 from .monitor.metrics import pid_alive
 from .train.config import SECTIONS, dump_toml, load_config, read_toml, resolve_config_file
 

@@ -14,10 +14,10 @@ Exit codes:
 from __future__ import annotations
 
 import json
-import os
 import sys
 from pathlib import Path
 
+from ..files import written_atomically
 from ..profile.runner import MODES, TrainerUnavailable
 
 SCHEMA = "peregrine.profile/1"
@@ -145,9 +145,8 @@ def artifact_path(directory: Path, started, env: str, mode: str) -> Path:
 
 def write_json(path: Path, data: dict) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    temporary.write_text(json.dumps(data, indent=2) + "\n")
-    os.replace(temporary, path)
+    with written_atomically(path) as temporary:
+        temporary.write_text(json.dumps(data, indent=2) + "\n")
 
 
 def _rate(value: float) -> str:

@@ -67,7 +67,7 @@ def run(args) -> int:
                              check_world=not world["explicit"])
         if not hasattr(renderer, "render_episode"):
             return _frames_of_native(env, policy, module, args)
-        from ..envs.raster import written_atomically
+        from ..files import written_atomically
         # Whatever the renderer module does with the path (a plugin's too), the
         # output reaches --out by a rename: Ctrl-C never leaves it half-written.
         with written_atomically(args.out) as temporary:
@@ -163,7 +163,7 @@ def write_gif(frames, out_path, frame_ms: int) -> None:
     temporary beside it)."""
     from PIL import Image
 
-    from ..envs.raster import written_atomically
+    from ..files import written_atomically
     images = [Image.fromarray(frame).convert("P", palette=Image.ADAPTIVE) for frame in frames]
     durations = [frame_ms] * len(images)
     durations[-1] = max(frame_ms, 1500)

@@ -9,17 +9,11 @@ Coordinates are pixels, x to the right and y *up* from the bottom edge (the
 envs' own convention); `Canvas.pixels` is the image the usual way round
 (row 0 at the top).
 
-`written_atomically(path)` is how every drawing reaches a file (render GIFs,
-learning curves): written under a temporary name beside `path` and renamed over
-it only when complete, so an interruption never empties or truncates a file the
-user already has there.
+Drawings reach their files through `peregrine.files.written_atomically`.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
-from pathlib import Path
+from collections.abc import Sequence
 
 import numpy as np
 
@@ -123,20 +117,3 @@ class Canvas:
         """Fills each pixel column from the bottom up to heights[column] (y up)."""
         ys = self.height - (np.arange(self.height, dtype=np.float64)[:, None] + 0.5)
         self.pixels[ys <= np.asarray(heights, np.float64)[None, :]] = colour
-
-
-@contextmanager
-def written_atomically(path: str | os.PathLike[str]) -> Iterator[Path]:
-    """A temporary path beside `path` (same folder, so the rename is atomic; same
-    suffix, so writers that pick a format from the name still do) to write the
-    output to; renamed over `path` when the block finishes. On any exception
-    (Ctrl-C included) the temporary file is removed and an existing file at
-    `path` is left exactly as it was."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.stem}.partial{os.getpid()}{path.suffix}")
-    try:
-        yield temporary
-        os.replace(temporary, path)
-    finally:
-        if os.path.lexists(temporary):
-            os.unlink(temporary)

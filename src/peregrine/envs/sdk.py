@@ -34,6 +34,8 @@ import sys
 import sysconfig
 from pathlib import Path
 
+from ..files import written_atomically
+
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 ENVS_DIR = NATIVE_DIR.parent
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -191,15 +193,13 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
     source = folder / f"_{name}.c"
     source.write_text(binding_source(name, str(header)))
     includes = [*include_dirs(header), Path(sysconfig.get_paths()["include"])]
-    temporary = target.with_name(f"{target.name}.tmp{os.getpid()}")
-    command = [compiler(), *flags, *(f"-I{path}" for path in includes), str(source),
-               "-o", str(temporary), *link_args(), "-lm"]
-    result = subprocess.run(command, capture_output=True, text=True)
-    if result.returncode != 0:
-        temporary.unlink(missing_ok=True)
-        raise NativeBuildError(_compiler_errors(result.stderr, header) or
-                               f"the C compiler failed on {header}: {result.stderr.strip()}")
-    os.replace(temporary, target)      # atomic: a concurrent load sees all or nothing
+    with written_atomically(target) as temporary:      # a concurrent load sees all or nothing
+        command = [compiler(), *flags, *(f"-I{path}" for path in includes), str(source),
+                   "-o", str(temporary), *link_args(), "-lm"]
+        result = subprocess.run(command, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise NativeBuildError(_compiler_errors(result.stderr, header) or
+                                   f"the C compiler failed on {header}: {result.stderr.strip()}")
 
 
 def _compiler_errors(stderr: str, header: Path) -> str:

@@ -73,6 +73,8 @@ from pathlib import Path
 
 import numpy as np
 
+from ..files import written_atomically
+
 MAGIC = b"PGMETRIC"
 FORMAT_VERSION = 1
 FILE_NAME = "metrics.bin"
@@ -198,16 +200,11 @@ class MetricsWriter:
 
         # Build the whole file under a temporary name, then rename it into
         # place: a reader sees either no file or a complete header.
-        temporary = self.path.with_name(f".{FILE_NAME}.{os.getpid()}.tmp")
-        try:
+        with written_atomically(self.path) as temporary:
             with open(temporary, "wb") as handle:
                 handle.write(header)
                 handle.truncate(size)
             self._file = open(temporary, "r+b")
-            os.replace(temporary, self.path)
-        except BaseException:
-            temporary.unlink(missing_ok=True)
-            raise
         self._fd = self._file.fileno()
         self._header, self._size = bytes(header), size
         self._inode = os.fstat(self._fd).st_ino

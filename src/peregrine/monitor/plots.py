@@ -203,7 +203,7 @@ def plot_learning_curve(run_dir, output=None, title: str | None = None) -> Path:
     draw.text(((WIDTH - draw.textlength(x_label, font=font)) / 2, height - AXIS_LABEL_HEIGHT + 4),
               x_label, fill=TEXT, font=font)
     path = Path(output) if output is not None else run_dir / PNG_NAME
-    from ..envs.raster import written_atomically
+    from ..files import written_atomically
     with written_atomically(path) as temporary:   # an interrupted write keeps the old file
         image.save(temporary, format="PNG")
     return path

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from ..envs.native.protocols import Configured
+from ..files import written_atomically
 
 if TYPE_CHECKING:
     import gymnasium
@@ -44,20 +45,15 @@ def save(path: str | os.PathLike[str], payload: dict) -> None:
     torch.save({"format_version": FORMAT_VERSION, **payload}, buffer)
     data = buffer.getvalue()
     header = HEADER.pack(MAGIC, len(data), hashlib.sha256(data).digest())
-    temporary = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        with open(temporary, "wb") as handle:
+        with written_atomically(path) as temporary, open(temporary, "wb") as handle:
             handle.write(header)
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temporary, path)
     except OSError as error:   # a full or read-only disk: say which file
         raise OSError(error.errno, f"cannot write checkpoint {str(path)!r}: "
                                    f"{error.strerror or error}") from None
-    finally:
-        if temporary.exists():
-            temporary.unlink()
 
 
 def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu") -> dict:

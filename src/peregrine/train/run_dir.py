@@ -34,6 +34,8 @@ import time
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ..files import partial_prefix
+
 LOCK_NAME = "run.lock"
 # Where a run keeps its checkpoint: RUN_DIR/checkpoints/latest.pt (checkpoint_path).
 CHECKPOINT_FOLDER, CHECKPOINT_NAME = "checkpoints", "latest.pt"
@@ -42,8 +44,8 @@ CHECKPOINT_FOLDER, CHECKPOINT_NAME = "checkpoints", "latest.pt"
 RUN_FILES = ("config.toml", "metrics.jsonl", "metrics.bin", "learning_curve.png",
              "tensorboard", CHECKPOINT_FOLDER, "wandb", LOCK_NAME)     # wandb: --train.track
 # What a run writes inside its folders before its first checkpoint: a checkpoint's
-# temporary file (train/checkpoint.py: .latest.pt.tmpPID) and TensorBoard's event files.
-RUN_FOLDER_PREFIXES = {CHECKPOINT_FOLDER: (f".{CHECKPOINT_NAME}.tmp",),
+# temporary file (peregrine.files: .latest.partialPID.pt) and TensorBoard's event files.
+RUN_FOLDER_PREFIXES = {CHECKPOINT_FOLDER: (partial_prefix(CHECKPOINT_NAME),),
                        "tensorboard": ("events.out.tfevents.",)}
 
 

@@ -189,7 +189,7 @@ def render_episode(env, policy, out_path, instance: int = 0, max_steps: int | No
     durations[-1] = max(frame_ms, 1500)  # linger on the last frame
     # A temporary name, renamed when complete: Ctrl-C during the (slow, optimised)
     # write leaves an existing file at out_path as it was.
-    from ..raster import written_atomically
+    from ...files import written_atomically
     with written_atomically(out_path) as temporary:
         frames[0].save(temporary, format="GIF", save_all=True, append_images=frames[1:],
                        duration=durations, loop=0, optimize=True, disposal=1)

@@ -28,6 +28,7 @@ import hashlib
 import os
 from pathlib import Path
 
+from ...files import written_atomically
 from .. import sdk
 
 ENVS_DIR = sdk.ENVS_DIR        # module globals, so a test can point them at a copy
@@ -210,9 +211,8 @@ def cached_cubin(name: str, arch: str) -> bytes:
         return path.read_bytes()
     code = compile_env(name, "cubin", arch)
     path.parent.mkdir(parents=True, exist_ok=True)
-    temporary = path.with_suffix(f".tmp{os.getpid()}")
-    temporary.write_bytes(code)
-    os.replace(temporary, path)          # atomic: a concurrent reader sees all or nothing
+    with written_atomically(path) as temporary:   # a concurrent reader sees all or nothing
+        temporary.write_bytes(code)
     return code
 
 
