@@ -103,6 +103,12 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
     assert learning[0]["eval"]["delivered"] >= 0 and learning[0]["steps"] >= 512
     system = report["stages"]["d_system"]["result"]
     assert system["python"] == sys.version.split()[0] and system["nvrtc"]
+    # stage f's rank placement, recorded: one CPU per rank from this process's own
+    # CPUs, at least one physical core, and the CPU named as /proc/cpuinfo names it
+    rank_cpus = [int(cpu) for cpu in system["rank_cpus"].split(",")]
+    assert sorted(rank_cpus) == sorted(os.sched_getaffinity(0))
+    assert 1 <= system["physical_cores"] <= len(rank_cpus) and system["cpu_model"]
+    assert "- rank_cpus: " in summary and "- physical_cores: " in summary
     for heading in ("## a: GPU tests", "## b: env-only throughput", "## c: training",
                     "## e: peer, CartPole in plain batched PyTorch", "## f: all-CPU training",
                     "## g: learning at GPU scale"):

@@ -34,8 +34,6 @@ import sys
 import sysconfig
 from pathlib import Path
 
-from ..files import written_atomically
-
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 ENVS_DIR = NATIVE_DIR.parent
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -193,6 +191,7 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
     source = folder / f"_{name}.c"
     source.write_text(binding_source(name, str(header)))
     includes = [*include_dirs(header), Path(sysconfig.get_paths()["include"])]
+    from ..files import written_atomically      # here: setup.py runs this module alone
     with written_atomically(target) as temporary:      # a concurrent load sees all or nothing
         command = [compiler(), *flags, *(f"-I{path}" for path in includes), str(source),
                    "-o", str(temporary), *link_args(), "-lm"]
