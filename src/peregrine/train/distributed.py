@@ -301,7 +301,7 @@ class DataParallel:
     """
 
     def __init__(self, config):
-        t, vec = config.train, config.vec
+        t = config.train
         check_features(config, several_ranks=True)
         where = place()
         self.rank, self.world_size, self.local_rank = where.rank, where.world_size, \

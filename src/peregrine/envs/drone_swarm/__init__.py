@@ -170,8 +170,6 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
 from ..native.batch import NativeEnv
 
 from . import _drone_swarm

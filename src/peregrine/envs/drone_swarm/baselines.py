@@ -606,7 +606,7 @@ class LawnmowerPolicy(ScriptedSwarm):
         self.started[instances] = False
 
     def search_targets(self, pos, live) -> np.ndarray:
-        E, S = self.num_envs, self.sweepers
+        S = self.sweepers
         sweeper_pos = pos[:, :S]
         if not self.started.all():  # start each tour at the waypoint nearest the sweeper
             d = self.waypoints[None] - sweeper_pos[:, :, None, :]

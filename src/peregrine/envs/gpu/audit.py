@@ -393,8 +393,8 @@ def resource_problems(name: str, report: dict[str, dict[str, int]]) -> list[str]
 
 def resource_table(names, arch: str = RESOURCE_ARCH) -> str:
     """A Markdown table of every kernel's resources, for RESULTS."""
-    lines = [f"| env | kernel | registers | stack (bytes) | spill stores | spill loads | "
-             f"declared stack |",
+    lines = ["| env | kernel | registers | stack (bytes) | spill stores | spill loads | "
+             "declared stack |",
              "|---|---|---:|---:|---:|---:|---|"]
     for name in names:
         report = kernel_resources(name, arch)
