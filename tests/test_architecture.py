@@ -65,3 +65,15 @@ def test_a_new_top_level_module_must_take_a_place(tmp_path):
     result = lint_imports(source)
     assert result.returncode != 0
     assert "peregrine.helpers" in result.stdout, result.stdout
+
+
+def test_files_reach_disk_whole_through_one_helper():
+    """Every write-then-rename in the package is peregrine.files.written_atomically:
+    a second hand-kept copy of the temporary name or the cleanup would drift (the
+    run directory's cleaner reads the name from there)."""
+    renames = [f"{path.relative_to(ROOT)}:{number}"
+               for path in sorted((ROOT / "src" / "peregrine").rglob("*.py"))
+               if path.name != "files.py" or path.parent.name != "peregrine"
+               for number, line in enumerate(path.read_text().splitlines(), 1)
+               if "os.replace(" in line or "os.rename(" in line]
+    assert renames == [], renames
