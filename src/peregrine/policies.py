@@ -16,7 +16,6 @@ Used by evaluation (`peregrine.evaluate`) and rendering.
 """
 from __future__ import annotations
 
-
 from .envs.scripted import resolve_policy
 
 
