@@ -27,12 +27,19 @@ TORCH = "torch==2.13.0"
 EXTRAS = "train,test,pettingzoo,cuda,conformance"
 
 COVERAGE_JSON = ROOT / ".coverage-summary.json"
+# pytest-xdist workers: one per usable core, at most 4 (each holds its own torch, and
+# the longest tests take a minute or more alone); one core runs the suite in-process
+CORES = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+WORKERS = min(CORES, 4) if CORES > 1 else 0
 COMMANDS = {
     "train": ["-m", "peregrine.cli", "train", "cartpole", "--monitor"],
     # Line and branch coverage, subprocesses included ([tool.coverage] in
     # pyproject.toml); the table lists the files not fully covered. The fifteen
     # slowest tests are listed too: the suite's time is kept under ten minutes.
-    "test": ["-m", "pytest", "-q", "--durations=15", "--cov=peregrine",
+    # worksteal: each worker starts on a contiguous share of the files (a module's
+    # fixtures are built once) and takes tests from the other when it runs dry.
+    "test": ["-m", "pytest", "-q", "-n", str(WORKERS), "--dist", "worksteal",
+             "--durations=15", "--cov=peregrine",
              "--cov-report=term:skip-covered", f"--cov-report=json:{COVERAGE_JSON}"],
 }
 

@@ -298,6 +298,11 @@ def run_session(source: Path, output: Path, select: str | None, tiny: bool,
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(source), *filter(None, [os.environ.get("PYTHONPATH")])]))
     environment.pop("PEREGRINE_BENCH_TINY", None)
+    # a session is a pytest run of its own: started from inside a pytest-xdist worker
+    # (the suite runs that way), the inherited worker id would make pytest-benchmark
+    # disable itself
+    for key in [key for key in environment if key.startswith("PYTEST_XDIST_")]:
+        del environment[key]
     if tiny:
         environment["PEREGRINE_BENCH_TINY"] = "1"
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,6 @@
 a callable returns, stepped as one unit of n rows, bit for bit what the vector env gives."""
 from __future__ import annotations
 
-from pathlib import Path
-
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -181,24 +179,6 @@ def test_ale_vector_envs_past_the_first_get_seeds_it_takes():
             observations, *_ = theirs.step(np.zeros(1, np.int64))
         np.testing.assert_array_equal(env.observations[1], observations.reshape(-1))
         theirs.close()
-
-
-TRAINING_CONFIGS = sorted(
-    path for path in (Path(__file__).resolve().parents[1] / "benchmarks" / "configs").glob("*.toml")
-    if "[sweep]" not in path.read_text())     # a sweep's file: tests/test_sweep.py
-
-
-@pytest.mark.parametrize("path", TRAINING_CONFIGS, ids=lambda path: path.name)
-def test_every_benchmark_config_loads_for_its_env(path):
-    """The training configs the README and RESULTS run (benchmarks/configs) resolve: env
-    name, sections and values, without making the env (its packages may be absent)."""
-    config = load_config(config_file=path)
-    assert config.env_name and config.train.total_steps > 0
-    if path.name == "pong-vector.toml":
-        assert kind_of(config.env_name) == "gymnasium_vector"
-        assert config.env_kwargs == {"num_threads": 2, "repeat_action_probability": 0.0}
-        # a vector env brings its own parallelism: stepped in the trainer's process
-        assert (config.vec.backend, config.vec.num_workers) == ("serial", 1)
 
 
 def _lean_with_the_pole(observations):

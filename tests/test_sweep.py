@@ -224,23 +224,3 @@ def test_objective_statistics_and_intermediate_values():
     assert intermediate_value(record, "episode_length") == 7.0
     assert intermediate_value(record, "delivered") == 3.5
     assert intermediate_value(record, "missing") is None
-
-
-SWEEP_FILES = sorted(
-    path for path in (Path(__file__).resolve().parents[1] / "benchmarks" / "configs").glob("*.toml")
-    if "[sweep]" in path.read_text())
-
-
-@pytest.mark.parametrize("path", SWEEP_FILES, ids=lambda path: path.name)
-def test_every_shipped_sweep_file_loads(path, tmp_path):
-    """The sweeps RESULTS reports (benchmarks/configs) pass load_sweep's checks (every
-    bound and enqueued trial through the config's own), and a trial's config holds the
-    file's fixed values."""
-    sweep = load_sweep(path, directory=tmp_path)
-    assert sweep.params and sweep.seeds
-    config = sweep.trial_config(sweep.enqueue[0] if sweep.enqueue else {}, sweep.seeds[0])
-    assert config.env_name == sweep.env and config.train.seed == sweep.seeds[0]
-    resolved = config.to_dict()
-    for section, values in sweep.fixed.items():
-        for key, value in values.items():
-            assert resolved[section][key] == value

@@ -315,6 +315,9 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
 
 def apply_dict(config: Config, data: dict) -> None:
     unknown = sorted(set(data) - {"env", *SECTIONS})
+    if unknown == ["sweep"]:
+        raise ValueError("it holds a [sweep] table: a sweep's file, run it with "
+                         "`peregrine sweep FILE`")
     if unknown:
         raise ValueError(f"unknown config section(s) {unknown}; valid sections: "
                          f"{['env', *SECTIONS]}")
