@@ -287,12 +287,15 @@ def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstac
 
 
 def test_the_global_variant_is_the_shipped_config_with_memory_and_a_global_critic():
-    """`--config global` changes the default preset's shipped recipe in exactly three
+    """`--config global` changes the default preset's shipped recipe in exactly four
     settings: the two the five-seed comparison in RESULTS measured (memory, the global
-    critic) and the entropy bonus the levers sweep chose ("DroneSwarm sweeps", point 11)."""
+    critic), the entropy bonus the levers sweep chose ("DroneSwarm sweeps", point 11) and
+    twice the budget (point 12)."""
     mappo, shipped = load_config("drone_swarm", "global"), load_config("drone_swarm")
-    assert (mappo.policy.lstm, mappo.policy.critic, mappo.train.ent_coef) == (True, "global", 0.003)
-    assert (shipped.policy.lstm, shipped.policy.critic, shipped.train.ent_coef) == (False, "local", 0.0)
+    assert (mappo.policy.lstm, mappo.policy.critic, mappo.train.ent_coef,
+            mappo.train.total_steps) == (True, "global", 0.003, 40_000_000)
+    assert (shipped.policy.lstm, shipped.policy.critic, shipped.train.ent_coef,
+            shipped.train.total_steps) == (False, "local", 0.0, 20_000_000)
     mappo.policy.lstm, mappo.policy.critic = shipped.policy.lstm, shipped.policy.critic
-    mappo.train.ent_coef = shipped.train.ent_coef
+    mappo.train.ent_coef, mappo.train.total_steps = shipped.train.ent_coef, shipped.train.total_steps
     assert mappo.to_dict() == shipped.to_dict()
