@@ -36,8 +36,8 @@ COMMANDS = {
     # Line and branch coverage, subprocesses included ([tool.coverage] in
     # pyproject.toml); the table lists the files not fully covered. The fifteen
     # slowest tests are listed too: the suite's time is kept under ten minutes.
-    # worksteal: each worker starts on a contiguous share of the files (a module's
-    # fixtures are built once) and takes tests from the other when it runs dry.
+    # worksteal: each worker starts on a contiguous share of the tests (a module's
+    # fixtures are mostly built once) and takes tests from another when it runs dry.
     "test": ["-m", "pytest", "-q", "-n", str(WORKERS), "--dist", "worksteal",
              "--durations=15", "--cov=peregrine",
              "--cov-report=term:skip-covered", f"--cov-report=json:{COVERAGE_JSON}"],
