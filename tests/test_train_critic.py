@@ -287,15 +287,17 @@ def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstac
 
 
 def test_the_global_variant_is_the_shipped_config_with_memory_and_a_global_critic():
-    """`--config global` changes the default preset's shipped recipe in exactly four
+    """`--config global` changes the default preset's shipped recipe in exactly six
     settings: the two the five-seed comparison in RESULTS measured (memory, the global
-    critic), the entropy bonus the levers sweep chose ("DroneSwarm sweeps", point 11) and
-    twice the budget (point 12)."""
+    critic), the entropy bonus the levers sweep chose ("DroneSwarm sweeps", point 11),
+    twice the budget and a 32-unit LSTM in bf16 (point 12)."""
     mappo, shipped = load_config("drone_swarm", "global"), load_config("drone_swarm")
-    assert (mappo.policy.lstm, mappo.policy.critic, mappo.train.ent_coef,
-            mappo.train.total_steps) == (True, "global", 0.003, 40_000_000)
-    assert (shipped.policy.lstm, shipped.policy.critic, shipped.train.ent_coef,
-            shipped.train.total_steps) == (False, "local", 0.0, 20_000_000)
-    mappo.policy.lstm, mappo.policy.critic = shipped.policy.lstm, shipped.policy.critic
-    mappo.train.ent_coef, mappo.train.total_steps = shipped.train.ent_coef, shipped.train.total_steps
+    changed = [("policy", "lstm"), ("policy", "critic"), ("policy", "lstm_size"),
+               ("train", "ent_coef"), ("train", "total_steps"), ("train", "precision")]
+    def values(config):
+        return tuple(getattr(getattr(config, section), key) for section, key in changed)
+    assert values(mappo) == (True, "global", 32, 0.003, 40_000_000, "bf16")
+    assert values(shipped) == (False, "local", 64, 0.0, 20_000_000, "fp32")
+    for section, key in changed:
+        setattr(getattr(mappo, section), key, getattr(getattr(shipped, section), key))
     assert mappo.to_dict() == shipped.to_dict()
