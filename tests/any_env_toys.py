@@ -142,6 +142,15 @@ def chain_env(length: int = 5):
     return gym.wrappers.TimeLimit(_Chain(length), max_episode_steps=4 * length)
 
 
+COUNTED_CHAINS = []
+
+
+def counted_chain_env(length: int = 5):
+    """chain_env that records each call (in this process) in COUNTED_CHAINS."""
+    COUNTED_CHAINS.append(length)
+    return chain_env(length)
+
+
 class _Chain(gym.Env):
     observation_space = spaces.Box(0.0, 1.0, (1,), np.float32)
     action_space = spaces.Discrete(2)

@@ -267,3 +267,15 @@ def test_frame_colours_drones_and_victims_by_state():
     assert colour_at(30, 70) == COLOURS["delivered"]
     assert colour_at(50, 58) == COLOURS["range"]         # inside r_comm of the base, nothing drawn
     assert colour_at(50, 50) == COLOURS["base"]
+
+
+def test_an_evaluation_probes_a_factory_once_and_builds_each_round_env_once():
+    """6 episodes over 4 envs: rounds of 4 and 2 envs, so 6 constructions, plus one probe
+    for the whole evaluation (each round's vector env reuses what it learned)."""
+    import any_env_toys
+    from peregrine.evaluate import evaluate
+    any_env_toys.COUNTED_CHAINS.clear()
+    result = evaluate("any_env_toys:counted_chain_env", "random", episodes=6, num_envs=4,
+                      length=3)
+    assert result["episodes"] == 6
+    assert any_env_toys.COUNTED_CHAINS == [3] * 7

@@ -165,21 +165,22 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
     over `min(episodes, num_envs or 16)` envs stepped in this process. Statistics are
     the emulation's: episode_return (a PettingZoo env's: the mean over its agents)
     and episode_length."""
-    from . import vector
     from .vector.recipe import EnvRecipe
+    from .vector.serial import Serial
     from .vector.sources import EnvFactory
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
     keywords = emulated_env_keywords(env_name, policy, config)
     factory = EnvFactory.from_keywords(env_name, keywords).vector_envs_of(1)
     # a factory may return a VectorEnv of k envs: each round makes whole ones (a multiple
-    # of k envs) and counts the first `instances` envs' first episodes
-    per_unit = EnvRecipe(factory).probe()["envs_per_unit"] if factory.kind == "factory" else 1
+    # of k envs) and counts the first `instances` envs' first episodes; one recipe, so
+    # the env is probed once for the whole evaluation
+    recipe = EnvRecipe(factory)
+    per_unit = recipe.probe()["envs_per_unit"]
     count, names, mean, std = _run_rounds(
         episodes, num_envs, seed,
-        lambda instances, round_seed: vector.make(
-            factory, backend="serial", num_envs=-(-instances // per_unit) * per_unit,
-            seed=round_seed),
+        lambda instances, round_seed: Serial(
+            recipe, -(-instances // per_unit) * per_unit, seed=round_seed),
         lambda env: make_policy(env_name, policy, env, seed=int(seed), sample=sample),
         lambda env, bound, round_seed, instances: _first_emulated_episodes(
             env, bound, round_seed, instances))

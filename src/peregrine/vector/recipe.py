@@ -44,13 +44,24 @@ class EnvRecipe:
         self.env = env
         self.num_threads = num_threads
         self.config = config
+        self._facts = None      # probe()'s answer, learned once
+
+    def __getstate__(self):
+        # a worker builds its block from the recipe and never probes: the facts stay here
+        return {**self.__dict__, "_facts": None}
 
     @property
     def is_native(self) -> bool:
         return self.env_class is not None
 
     def probe(self):
-        """Creates one small unit to learn the spaces; returns (unit facts dict)."""
+        """The unit facts (spaces, rows per env, envs per unit, stats, config): one small
+        unit is created the first time and closed; later calls give the same facts."""
+        if self._facts is None:
+            self._facts = self._probe_unit()
+        return self._facts
+
+    def _probe_unit(self):
         if self.is_native:
             unit = self.env_class(num_envs=1, seed=0, num_threads=1, **self.config)
         else:
