@@ -3,6 +3,7 @@ its resolved config under RUN_DIR/wandb."""
 from __future__ import annotations
 
 import json
+import time
 
 import pytest
 
@@ -28,14 +29,27 @@ def test_offline_wandb_run_writes_records_and_config(tmp_path, monkeypatch):
     runs = list((run_dir / "wandb").glob("offline-run-*"))
     assert len(runs) == 1, list((run_dir / "wandb").iterdir())
     run_id = (run_dir / "wandb" / "peregrine-run-id").read_text().strip()
-    data = (runs[0] / f"run-{run_id}.wandb").read_bytes()
+    keys = ("losses/value_loss", "time_split/env", "sps", "global_step")
+    data = _written(runs[0] / f"run-{run_id}.wandb", [k.encode() for k in keys])
     # The same records as metrics.jsonl: every flattened key of the last record...
     records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     last = [r for r in records if "global_step" in r][-1]
-    for key in ("losses/value_loss", "time_split/env", "sps", "global_step"):
+    for key in keys:
         assert key in flat_numbers(last) and key.encode() in data
     # ...and the resolved config (a value of this run's own).
     assert b"learning_rate" in data and b"0.00125" in data
+
+
+def _written(path, needles, timeout=30.0):
+    """The file once it holds every needle (or its bytes at the timeout): wandb-core's
+    writer can still be flushing the .wandb file when run.finish() returns (once seen
+    under load: 7 header bytes at the read, 11 kB a moment later)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        data = path.read_bytes()
+        if all(needle in data for needle in needles) or time.monotonic() > deadline:
+            return data
+        time.sleep(0.05)
 
 
 def test_track_is_checked_by_the_config():
