@@ -83,6 +83,17 @@ PARITY_CONFIGS = {
                            "obs_network": 1, "obs_drone_id": 1, "p_comm_drop": 0.2,
                            "max_steps": 120}, 3),
     "drone_id_one_drone": ({"obs_drone_id": 1, "n_drones": 1, "max_steps": 60}, 3),
+    # neighbour slots after every other column, more slots than neighbours, links
+    # dropped, batteries running out (dead drones are not heard), r_comm per episode
+    "neighbours_every_column": ({"preset": "wilderness_obstacles", "obs_report": 1,
+                                 "obs_network": 1, "obs_drone_id": 1, "obs_n_neighbours": 9,
+                                 "p_comm_drop": 0.2, "randomise": 1, "c_idle": 0.004,
+                                 "max_steps": 150}, 3),
+    # a default world with reports in flight: 3 slots of 7 other drones
+    "neighbours_reports": ({"obs_report": 1, "obs_n_neighbours": 3, "victim_min_dist": 0.0,
+                            "victim_max_dist": 30.0, "r_confirm_radius": 6.0, "t_confirm": 2,
+                            "m_deliver": 4, "max_steps": 150}, 4),
+    "neighbours_64_drones": ({"n_drones": 64, "obs_n_neighbours": 16, "max_steps": 25}, 5),
 }
 
 
@@ -113,7 +124,8 @@ def test_spaces_rows_and_presets():
             assert env.agents_per_env == n and env.num_agents == 2 * n
             assert env.obs_dim == 10 + 3 * env.config["obs_n_nearest"] \
                 + 4 * env.config["obs_n_obstacles"] + env.config["obs_report"] \
-                + 3 * env.config["obs_network"] + env.config["obs_drone_id"]
+                + 3 * env.config["obs_network"] + env.config["obs_drone_id"] \
+                + 4 * env.config["obs_n_neighbours"]
             assert env.single_action_space.shape == (3,)
             obs, rewards, *_ = env.step(np.zeros((env.num_agents, 3), np.float32))
             assert np.isfinite(obs).all() and (np.abs(obs) <= 1).all()
@@ -282,6 +294,38 @@ def test_network_columns_point_at_the_nearest_base_or_connected_drone():
     np.testing.assert_allclose(cols[3], [-20 / far, -20 / far, far / 100], atol=1e-6)
     obs = pair.step(np.zeros(12))[0]                                     # and after a step
     np.testing.assert_allclose(obs[:, -3:], cols, atol=1e-6)
+
+
+def test_neighbour_slots_hear_live_drones_in_radio_range_nearest_first():
+    pair = Pair(obs_report=1, obs_n_neighbours=3, r_comm=15.0)
+    # drone 0 at the base; drone 1 10 north of it (connected), drone 2 10 east
+    # (a tie with drone 1: the lower index first), drone 3 30 west (out of range)
+    # with a report of its own; then drone 2's battery is empty
+    drones = [(0, {"x": 50.0, "y": 50.0, "connected": 1}), (1, {"x": 50.0, "y": 60.0, "connected": 1}),
+              (2, {"x": 60.0, "y": 50.0, "connected": 0}), (3, {"x": 20.0, "y": 50.0, "connected": 0})]
+    report = {"x": 20.0, "y": 52.0, "status": 1, "owner": 3, "window": 1, "ever_confirmed": 1}
+    pair.place(drones=drones, victims=[(0, report)])
+    slots = pair.env.observations[:, -12:].reshape(4, 3, 4)
+    np.testing.assert_allclose(slots[0], [[0, 10 / 15, 1, 0], [10 / 15, 0, 0, 0], [0, 0, 0, 0]],
+                               atol=1e-6)
+    np.testing.assert_allclose(slots[1, 0], [0, -10 / 15, 1, 0], atol=1e-6)   # drone 0
+    np.testing.assert_allclose(slots[1, 1], [10 / 15, -10 / 15, 0, 0], atol=1e-6)  # drone 2, 14.1 away
+    assert (slots[3] == 0).all()                                             # nobody in range
+    assert pair.env.observations[3, -13] == pytest.approx(2 / 4)             # its own report
+    # move drone 0 within range of drone 3: drone 3's report is heard
+    drones[0] = (0, {"x": 32.0, "y": 50.0, "connected": 0})
+    pair.place(drones=drones, victims=[(0, report)])
+    slots = pair.env.observations[:, -12:].reshape(4, 3, 4)
+    np.testing.assert_allclose(slots[0, 0], [-12 / 15, 0, 0, 2 / 4], atol=1e-6)
+    np.testing.assert_allclose(slots[3, 0], [12 / 15, 0, 0, 0], atol=1e-6)
+    # a drone whose battery is empty is not heard
+    drones[2] = (2, {"x": 60.0, "y": 50.0, "connected": 0, "battery": 0.0})
+    drones[0] = (0, {"x": 50.0, "y": 50.0, "connected": 1})
+    pair.place(drones=drones, victims=[(0, report)])
+    slots = pair.env.observations[:, -12:].reshape(4, 3, 4)
+    np.testing.assert_allclose(slots[0], [[0, 10 / 15, 1, 0], [0, 0, 0, 0], [0, 0, 0, 0]], atol=1e-6)
+    obs = pair.step(np.zeros(12))[0]                                     # and after a step
+    np.testing.assert_allclose(obs[0, -12:-8], [0, 10 / 15, 1, 0], atol=1e-6)
 
 
 def test_report_is_delivered_when_its_owner_reconnects_in_time():

@@ -113,8 +113,11 @@ def test_device_batch_is_bit_identical_to_the_c_batch_at_scale(name):
 def test_global_states_on_the_device_equal_the_c_batch():
     """DroneSwarm's global state (the centralised critic's input) written by the
     device batch's pg_states pass: bit-identical to the C batch's, final states of
-    ended episodes included, at the acceptance's scale on a GPU."""
-    obstacles = {**SHORT, "preset": "wilderness_obstacles_hard"}
+    ended episodes included, at the acceptance's scale on a GPU; with every optional
+    observation column (the neighbour slots read a scratch row on the GPU), the
+    observations too."""
+    obstacles = {**SHORT, "preset": "wilderness_obstacles_hard", "obs_report": 1,
+                 "obs_network": 1, "obs_drone_id": 1, "obs_n_neighbours": 3}
     reference = peregrine.make("drone_swarm", num_envs=NUM_ENVS, seed=5, **obstacles)
     device_env = peregrine.make("drone_swarm", num_envs=NUM_ENVS, seed=5, device=DEVICE,
                                 **obstacles)
@@ -131,6 +134,9 @@ def test_global_states_on_the_device_equal_the_c_batch():
         np.testing.assert_array_equal(reference.final_states,
                                       device_env.final_states.cpu().numpy(),
                                       err_msg=f"final states after step {step}")
+        np.testing.assert_array_equal(reference.observations,
+                                      device_env.observations.cpu().numpy(),
+                                      err_msg=f"observations after step {step}")
     reference.close()
     device_env.close()
 

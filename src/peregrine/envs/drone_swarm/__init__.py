@@ -8,7 +8,7 @@ Rows: one per drone (agents_per_env = n_drones), instance-major.
 Actions: float32 [rows, 3] = (vx, vy, scan) in [-1, 1]; NaN/inf -> 0, then
 clamped to [-1, 1]; (vx, vy) scaled to unit length when its norm exceeds 1.
 Observations: float32 [rows, 10 + 3 * obs_n_nearest + 4 * obs_n_obstacles + obs_report
-+ 3 * obs_network + obs_drone_id],
++ 3 * obs_network + obs_drone_id + 4 * obs_n_neighbours],
 all in [-1, 1]:
     0 x/L   1 y/L   2 battery   3 dist_to_base/L   4 connected
     5 last_comm_age/max_steps   6 live neighbours within r_comm/(n_drones-1)
@@ -30,9 +30,14 @@ all in [-1, 1]:
     the base, then the lower index), as a unit vector (0, 0 on top of it) and
     distance / L; then, with obs_drone_id = 1 (off by default), the drone's
     index d / (n_drones - 1) (0 with one drone), so that one shared policy can
-    give drones roles. The three are off by default (the spec's layout) and
-    are the agent's, not the world's: evaluating a checkpoint in another
-    preset keeps them (`agent_fields`).
+    give drones roles; then, with obs_n_neighbours = K > 0 (0 by default), K
+    slots of what the drone hears from the other live drones within the
+    episode's r_comm (radio range; a link p_comm_drop dropped is still heard),
+    nearest first by squared distance, ties by index: their offset
+    (dx, dy) / r_comm, connected flag and report (as the obs_report column),
+    zero past the drones in range. These are off by default (the spec's
+    layout) and are the agent's, not the world's: evaluating a checkpoint in
+    another preset keeps them (`agent_fields`).
 
 Choices (where the spec is silent)
 - A drone is *active* in a step when its battery is > 0 at the start of the
@@ -262,7 +267,7 @@ class DroneSwarm(NativeEnv):
 
     #: observation columns that belong to the agent, not the world: evaluating a
     #: checkpoint in another preset keeps its values (peregrine.evaluate.eval_world)
-    agent_fields = ("obs_report", "obs_network", "obs_drone_id")
+    agent_fields = ("obs_report", "obs_network", "obs_drone_id", "obs_n_neighbours")
 
     #: tests/fuzz_native.py also sets every field to its extremes on this preset
     fuzz_preset = "wilderness_obstacles_hard"

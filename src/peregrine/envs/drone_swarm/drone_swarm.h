@@ -142,7 +142,8 @@
     X(obs_n_obstacles, 0, 0, 16, 1)            \
     X(obs_report, 0, 0, 1, 1)                  \
     X(obs_network, 0, 0, 1, 1)                 \
-    X(obs_drone_id, 0, 0, 1, 1)
+    X(obs_drone_id, 0, 0, 1, 1)                \
+    X(obs_n_neighbours, 0, 0, 16, 1)
 
 #define ENV_STATS(X)                                                                  \
     X(episode_return) X(episode_length) X(delivered) X(confirmed) X(success)         \
@@ -218,7 +219,7 @@ enum {
     X(int32_t, own_lost, n) X(float, slot_d2, k) X(float, obstacle_d2, kq)              \
     X(int32_t, obstacle_index, kq) X(float, feature_r_comm, n)                          \
     X(int32_t, observe_count, n) X(float, observe_nearest2, n)                          \
-    X(uint64_t, observe_adjacency, n)
+    X(uint64_t, observe_adjacency, n) X(float, neighbour_report, n)
 
 enum {
 #define DS_ROW_INDEX(type, name, length) DS_W_##name,
@@ -233,6 +234,7 @@ struct Env {
     int n, m, k, obs_dim, max_steps, randomise, divide_found;
     int n_obstacles, k_obstacles; /* obstacles drawn per episode; obstacle slots per drone */
     int report, network, drone_id; /* obs_report, obs_network, obs_drone_id: trailing columns */
+    int k_neighbours;              /* obs_n_neighbours: neighbour slots, after them */
     float obstacle_min_size, obstacle_max_size, obstacle_margin, obstacle_clearance;
     float obstacle_separation;
     int t_confirm, m_deliver;
@@ -376,8 +378,9 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     env->report = (int)c[CFG_obs_report];
     env->network = (int)c[CFG_obs_network];
     env->drone_id = (int)c[CFG_obs_drone_id];
+    env->k_neighbours = (int)c[CFG_obs_n_neighbours];
     env->obs_dim = 10 + 3 * env->k + 4 * env->k_obstacles + env->report + 3 * env->network +
-                   env->drone_id;
+                   env->drone_id + 4 * env->k_neighbours;
     env->obstacle_min_size = (float)c[CFG_obstacle_min_size];
     env->obstacle_max_size = (float)c[CFG_obstacle_max_size];
     env->obstacle_margin = (float)c[CFG_obstacle_margin];
@@ -1164,7 +1167,12 @@ PG_DEVICE static inline uint64_t ds_closure(uint64_t base, DS_CROW(uint64_t) adj
  *   lower index): unit vector to it (0, 0 on top of it) and distance / L.
  *   The base vector alone points a far drone past a relay chain.
  * - obs_drone_id: the drone's index d / (n_drones - 1) (0 with one drone), so
- *   one shared policy can give drones different roles. */
+ *   one shared policy can give drones different roles.
+ * - obs_n_neighbours slots: what a drone hears from the other live drones in
+ *   radio range (within the episode's r_comm, nearest first by squared
+ *   distance, ties to the lower index): per neighbour its offset (dx, dy) /
+ *   r_comm, its connected flag and its report (as the obs_report column);
+ *   slots past the neighbours in range are 0. */
 PG_DEVICE static inline float ds_window_left(const Env *env, int i, int32_t window) {
     return (float)(window + 1) * (1.0f / (float)(env->ep_m_deliver[i] + 1));
 }
@@ -1184,10 +1192,58 @@ PG_DEVICE static void ds_report_levels(const Env *env, int i, float *out, size_t
     }
 }
 
+/* The obs_n_neighbours slots of every drone row of instance i, from slots (drone
+ * d's first at slots + d * dim). Each slot is chosen by a scan over the drones
+ * for the nearest one after the previous pick in (d2, index) order, so nothing
+ * is sorted or kept per pair. */
+PG_DEVICE static void ds_neighbour_slots(const Env *env, int i, float *slots, size_t dim) {
+    const int n = env->n, kn = env->k_neighbours;
+    const size_t od = (size_t)i * n;
+    const float *x = env->x + od, *y = env->y + od, *battery = env->battery + od;
+    const float *connected = env->connected + od;
+    const float r = env->ep_r_comm[i], r2 = r * r, inv_r = 1.0f / r;
+    DS_SCRATCH(float, neighbour_report, DS_MAX_DRONES);
+#ifdef PG_GPU
+    ds_report_levels(env, i, neighbour_report.at, neighbour_report.stride);
+#else
+    ds_report_levels(env, i, neighbour_report, 1);
+#endif
+    for (int d = 0; d < n; d++) {
+        float *slot = slots + (size_t)d * dim;
+        float last2 = -1.0f;
+        int last = -1;
+        for (int s = 0; s < kn; s++, slot += 4) {
+            int pick = -1;
+            float pick2 = 0.0f;
+            for (int e = 0; e < n; e++) {
+                if (e == d || battery[e] <= 0.0f) continue;
+                float ex = x[e] - x[d], ey = y[e] - y[d];
+                float d2 = ex * ex + ey * ey;
+                int after = d2 > last2 || (d2 == last2 && e > last);
+                if (d2 <= r2 && after && (pick < 0 || d2 < pick2)) {
+                    pick = e;
+                    pick2 = d2;
+                }
+            }
+            if (pick < 0) {
+                for (int f = 0; f < 4; f++) slot[f] = 0.0f;
+                continue;
+            }
+            slot[0] = pg_clampf((x[pick] - x[d]) * inv_r, -1.0f, 1.0f);
+            slot[1] = pg_clampf((y[pick] - y[d]) * inv_r, -1.0f, 1.0f);
+            slot[2] = connected[pick];
+            slot[3] = neighbour_report[pick];
+            last = pick;
+            last2 = pick2;
+        }
+    }
+}
+
 PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
     const int n = env->n, dim = env->obs_dim;
     const size_t od = (size_t)i * n;
-    float *tail = obs + od * dim + (dim - env->report - 3 * env->network - env->drone_id);
+    float *tail = obs + od * dim +
+                  (dim - env->report - 3 * env->network - env->drone_id - 4 * env->k_neighbours);
     if (env->report) {
         ds_report_levels(env, i, tail, (size_t)dim);
         tail++;
@@ -1220,14 +1276,17 @@ PG_DEVICE static void ds_tail_columns(const Env *env, int i, float *obs) {
     if (env->drone_id) {
         const float scale = n > 1 ? 1.0f / (float)(n - 1) : 0.0f;
         for (int d = 0; d < n; d++) tail[(size_t)d * dim] = (float)d * scale;
+        tail++;
     }
+    if (env->k_neighbours) ds_neighbour_slots(env, i, tail, (size_t)dim);
 }
 
 /* The columns of every drone row of instance i after the detection slots, where
  * the config asks for them: obstacle slots, then the trailing columns. */
 PG_DEVICE static inline void ds_extra_columns(const Env *env, int i, float *obs) {
     if (env->k_obstacles) ds_obstacle_slots(env, i, obs);
-    if (env->report | env->network | env->drone_id) ds_tail_columns(env, i, obs);
+    if (env->report | env->network | env->drone_id | env->k_neighbours)
+        ds_tail_columns(env, i, obs);
 }
 
 PG_DEVICE static inline uint64_t ds_alive_mask(const Env *env, int i) {

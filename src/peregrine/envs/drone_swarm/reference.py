@@ -110,8 +110,9 @@ class DroneSwarmReference:
         self.report = int(c["obs_report"])
         self.network = int(c["obs_network"])
         self.drone_id = int(c["obs_drone_id"])
+        self.k_neighbours = int(c["obs_n_neighbours"])
         self.obs_dim = (10 + 3 * self.k + 4 * self.k_obstacles + self.report + 3 * self.network
-                        + self.drone_id)
+                        + self.drone_id + 4 * self.k_neighbours)
         self.layout = state_layout(c)
         self.side = self.layout["cells_per_side"]
         self.cells = self.side * self.side
@@ -458,6 +459,32 @@ class DroneSwarmReference:
         nearest2 = np.where(others, d2, f32(np.inf)).min(axis=2)
         return count, np.sqrt(nearest2)
 
+    def _neighbour_slots(self, idx):
+        """float32 [E', n, 4 * obs_n_neighbours]: per live drone within the episode's
+        r_comm, nearest first (ties: lower index), its (dx, dy) / r_comm, connected
+        flag and report (as the obs_report column); zero past the drones in range."""
+        n, kn = self.n, self.k_neighbours
+        x, y = self.x[idx], self.y[idx]
+        dx = x[:, None, :] - x[:, :, None]                                # [E', d, e]: e - d
+        dy = y[:, None, :] - y[:, :, None]
+        d2 = dx * dx + dy * dy
+        r = self.ep_r_comm[idx]
+        heard = ((self.battery[idx] > 0)[:, None, :] & ~np.eye(n, dtype=bool)[None]
+                 & (d2 <= (r * r)[:, None, None]))
+        order = np.argsort(np.where(heard, d2, f32(np.inf)), axis=2, kind="stable")
+        order = order[:, :, :kn]
+        found = np.take_along_axis(heard, order, 2)
+        inv_r = (f32(1) / r)[:, None, None]
+        per_drone = (self.connected[idx].astype(np.float32), self._report_column(idx))
+        fields = [np.clip(np.take_along_axis(dx, order, 2) * inv_r, f32(-1), f32(1)),
+                  np.clip(np.take_along_axis(dy, order, 2) * inv_r, f32(-1), f32(1))]
+        fields += [np.take_along_axis(np.broadcast_to(v[:, None, :], d2.shape), order, 2)
+                   for v in per_drone]
+        out = np.zeros((idx.size, n, 4 * kn), np.float32)
+        for f, value in enumerate(fields):
+            out[:, :, f:4 * order.shape[2]:4] = np.where(found, value, f32(0))
+        return out
+
     def _observe(self, idx, detections):
         """Writes the observation rows of instances idx. detections: None or
         (slot_dx, slot_dy, slot_p) float32 [E', n, k] already zero where empty."""
@@ -487,15 +514,19 @@ class DroneSwarmReference:
         if self.k_obstacles:
             first = 10 + 3 * self.k
             obs[:, :, first:first + 4 * self.k_obstacles] = self._obstacle_slots(idx)
-        tail = self.obs_dim - self.report - 3 * self.network - self.drone_id
+        tail = self.obs_dim - self.report - 3 * self.network - self.drone_id - 4 * self.k_neighbours
         if self.report:
             obs[:, :, tail] = self._report_column(idx)
             tail += 1
         if self.network:
             obs[:, :, tail:tail + 3] = self._network_columns(idx)
+            tail += 3
         if self.drone_id:
             scale = f32(1) / f32(n - 1) if n > 1 else f32(0)
-            obs[:, :, -1] = np.arange(n, dtype=np.float32) * scale
+            obs[:, :, tail] = np.arange(n, dtype=np.float32) * scale
+            tail += 1
+        if self.k_neighbours:
+            obs[:, :, tail:] = self._neighbour_slots(idx)
         obs = np.clip(obs, f32(-1), f32(1))
         rows = (idx[:, None] * n + np.arange(n)).ravel()
         self.observations[rows] = obs.reshape(-1, self.obs_dim)
