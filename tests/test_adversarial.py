@@ -29,6 +29,7 @@ import peregrine
 import peregrine.vector as pv
 from peregrine.cli import main as cli_main
 from peregrine.envs.native import batch as native_env
+from polling import poll_until
 from test_vector_helpers import pid_alive, record_segments, shm_segments
 
 pytestmark = pytest.mark.timeout(120)  # a hang fails the test instead of the suite
@@ -530,10 +531,8 @@ def test_workers_stuck_in_step_die_with_a_killed_parent_and_leave_nothing(tmp_pa
         time.sleep(1.0)                 # both workers are now stuck inside step
         parent.kill()
         parent.wait(timeout=10)
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline and (any(pid_alive(p) for p in pids)
-                                               or any(_dev_shm(n) for n in names)):
-            time.sleep(0.05)
+        poll_until(lambda: not any(pid_alive(p) for p in pids) and not any(map(_dev_shm, names)),
+                   10)
         assert [p for p in pids if pid_alive(p)] == []
         assert [n for n in names if _dev_shm(n)] == []
     finally:

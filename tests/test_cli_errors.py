@@ -15,6 +15,7 @@ import pytest
 from peregrine import cli
 from peregrine.cli import main as cli_main
 from peregrine.cli import train as train_cli
+from polling import poll_until
 
 
 def fake_command(monkeypatch, module_name, run):
@@ -297,15 +298,11 @@ def test_live_view_follows_a_new_run_in_the_same_directory(tmp_path, capsys):
         seen.append(self.inode)
 
     def restart():
-        deadline = time.monotonic() + 20
-        while len(seen) < 1 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poll_until(lambda: len(seen) >= 1, 20, 0.01)
         time.sleep(0.3)
         second = MetricsWriter(run_dir, [])       # renamed over the first: another inode
         second.update(global_step=999_999, updates=1)
-        deadline = time.monotonic() + 20
-        while len(seen) < 2 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        poll_until(lambda: len(seen) >= 2, 20, 0.01)
         second.close("finished")
         first.close("interrupted")                # the old file, no longer the run's
 

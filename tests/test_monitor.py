@@ -19,6 +19,7 @@ from peregrine.cli import main as peregrine_main
 from peregrine.monitor import metrics
 from peregrine.monitor.metrics import (FIELDS, MetricsFileError, MetricsReader, MetricsWriter,
                                        pid_alive)
+from polling import poll_until
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 LOSSES = {"policy_loss": -0.02, "value_loss": 3.5, "entropy": 0.69, "approx_kl": 0.01,
@@ -70,16 +71,15 @@ def start_writer(run_dir, num_stats=2, mode="slow", ring=8):
 
 
 def wait_for_records(run_dir, count, timeout=15.0):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
+    def published():
         try:
             with MetricsReader(run_dir) as reader:
-                if reader.count >= count:
-                    return
+                return reader.count >= count
         except MetricsFileError:
-            pass
-        time.sleep(0.02)
-    raise AssertionError(f"writer did not publish {count} records in {timeout} s")
+            return False
+
+    assert poll_until(published, timeout, 0.02), \
+        f"writer did not publish {count} records in {timeout} s"
 
 
 def check_consistent(record):

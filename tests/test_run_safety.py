@@ -13,7 +13,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from peregrine.cli import main as cli_main
 from peregrine.train import checkpoint
 
+from polling import poll_until, wait_gone
 from test_vector_helpers import child_pids, pid_alive
 
 pytestmark = pytest.mark.timeout(240)  # a hang fails the test instead of the suite
@@ -57,12 +57,12 @@ def updates_of(run_dir):
 
 
 def wait_for_updates(run_dir, count, process):
-    deadline = time.monotonic() + WAIT
-    while len(updates_of(run_dir)) < count:
+    def going():
         if process.poll() is not None:
             raise AssertionError(process.communicate())
-        assert time.monotonic() < deadline, "the run never got going"
-        time.sleep(0.05)
+        return len(updates_of(run_dir)) >= count
+
+    assert poll_until(going, WAIT), "the run never got going"
 
 
 def stop(process):
@@ -73,13 +73,6 @@ def stop(process):
         except ProcessLookupError:
             pass
     return process.communicate(timeout=WAIT)
-
-
-def wait_gone(pids, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if pid_alive(p)]
 
 
 def descendants(pid):

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -19,6 +18,7 @@ from peregrine.cli import main as cli_main  # noqa: E402
 from peregrine.sweep import (SweepError, intermediate_value, load_sweep, objective_value,  # noqa: E402
                              run_sweep)
 from peregrine.train.config import load_config  # noqa: E402
+from polling import poll_until  # noqa: E402
 
 # A few thousand steps per seed: CartPole's shipped lr 5e-3 gets past ~100 return,
 # lr 0 stays at a random policy's ~22.
@@ -129,20 +129,18 @@ sampler = { name = "random", seed = 5 }
                                stderr=subprocess.STDOUT, start_new_session=True)
     db, before = folder / "study.db", {}
     try:
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:      # until trial 0 is done and trial 1 training
+        def second_trial_training():     # trial 0 done, trial 1 RUNNING with its pid said
+            nonlocal before
             if db.is_file():
                 try:
                     before = study_rows(db)
                 except sqlite3.OperationalError:   # tables not made yet
                     before = {}
-            # trial 1 training: RUNNING, and its process has said its pid
-            if before.get(0, ("",))[0] == "COMPLETE" and before.get(1, ("",))[::2] == (
-                    "RUNNING", True):
-                break
             assert process.poll() is None, process.stdout.read().decode()
-            time.sleep(0.05)
-        else:
+            return before.get(0, ("",))[0] == "COMPLETE" and before.get(1, ("",))[::2] == (
+                "RUNNING", True)
+
+        if not poll_until(second_trial_training, 120):
             pytest.fail(f"no second trial running in time: {before}")
     finally:
         os.killpg(process.pid, signal.SIGKILL)     # the sweep and its worker, at once

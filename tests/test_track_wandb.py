@@ -3,7 +3,6 @@ its resolved config under RUN_DIR/wandb."""
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 
@@ -12,6 +11,7 @@ wandb = pytest.importorskip("wandb")
 from peregrine.train.config import load_config  # noqa: E402
 from peregrine.train.run_log import flat_numbers  # noqa: E402
 from peregrine.train.run import train  # noqa: E402
+from polling import poll_until  # noqa: E402
 
 
 def test_offline_wandb_run_writes_records_and_config(tmp_path, monkeypatch):
@@ -44,12 +44,8 @@ def _written(path, needles, timeout=30.0):
     """The file once it holds every needle (or its bytes at the timeout): wandb-core's
     writer can still be flushing the .wandb file when run.finish() returns (once seen
     under load: 7 header bytes at the read, 11 kB a moment later)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        data = path.read_bytes()
-        if all(needle in data for needle in needles) or time.monotonic() > deadline:
-            return data
-        time.sleep(0.05)
+    poll_until(lambda: all(needle in path.read_bytes() for needle in needles), timeout)
+    return path.read_bytes()
 
 
 def test_track_is_checked_by_the_config():

@@ -13,6 +13,7 @@ from gymnasium import spaces
 from peregrine.cli import main as cli_main
 from peregrine.train.config import load_config, parse_override_tokens, read_toml
 from peregrine.train.ppo import Trainer
+from polling import poll_until
 
 
 def test_ppo_learns_cartpole():
@@ -165,16 +166,13 @@ def test_cli_resume_with_corrupt_checkpoint_is_refused(tmp_path, capsys):
 def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
     """A real SIGINT: the run finishes its update, saves, exits 130; --resume goes on."""
     import signal
-    import time
     run_dir = tmp_path / "run"
     process = subprocess.Popen(
         [sys.executable, "-m", "peregrine.cli", "train", "cartpole", "--detach", "--run-dir",
          str(run_dir), "--train.total-steps", "1e9", "--vec.num-envs", "8"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not metrics.exists() or metrics.stat().st_size == 0):
-        time.sleep(0.1)
+    poll_until(lambda: metrics.exists() and metrics.stat().st_size > 0, 60, 0.1)
     process.send_signal(signal.SIGINT)
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
@@ -212,10 +210,8 @@ def test_kill_9_and_resume_logs_every_update_once(tmp_path):
          "16", "--train.checkpoint-interval", "5"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     target = rng.randint(6, 14)     # past the first checkpoint, anywhere in the interval
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline and process.poll() is None and \
-            (not metrics.exists() or len(_logged_updates(metrics)) < target):
-        time.sleep(0.01)
+    poll_until(lambda: process.poll() is not None or (
+        metrics.exists() and len(_logged_updates(metrics)) >= target), 90, 0.01)
     time.sleep(rng.uniform(0.0, 0.05))
     process.kill()
     _, err = process.communicate(timeout=30)

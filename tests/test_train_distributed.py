@@ -9,7 +9,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -20,6 +19,7 @@ from peregrine.cli import main as cli_main
 from peregrine.train import checkpoint, distributed, load_config
 from peregrine.train.policy import Policy
 from peregrine.train.ppo import Trainer
+from polling import poll_until
 
 WORKER = str(Path(dist_worker.__file__).resolve())
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -39,11 +39,11 @@ def records(run_dir):
 
 
 def wait_for_records(run_dir, count, process):
-    deadline = time.monotonic() + WAIT
-    while len([r for r in records(run_dir) if "updates" in r]) < count:
+    def going():
         assert process.poll() is None, process.communicate()
-        assert time.monotonic() < deadline, "the run never got going"
-        time.sleep(0.05)
+        return len([r for r in records(run_dir) if "updates" in r]) >= count
+
+    assert poll_until(going, WAIT), "the run never got going"
 
 
 def finish(process):

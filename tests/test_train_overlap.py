@@ -23,6 +23,8 @@ from peregrine.train.resources import child_pids
 from peregrine.train.ppo import Trainer
 from test_train_checkpoint import parameters, run_updates, train_until_solved
 from test_train_checkpoint import small_config as checkpoint_small_config
+from polling import poll_until, wait_gone
+from test_vector_helpers import pid_alive
 
 
 def small_config(*extra):
@@ -135,9 +137,7 @@ def test_ctrl_c_on_the_cli_saves_and_leaves_no_process(tmp_path):
          "--train.overlap", "true"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
     metrics = run_dir / "metrics.jsonl"
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and (not metrics.exists() or metrics.stat().st_size == 0):
-        time.sleep(0.1)
+    poll_until(lambda: metrics.exists() and metrics.stat().st_size > 0, 60, 0.1)
     children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True,
                               text=True).stdout.split()
     assert children, "no actor process was started"
@@ -150,18 +150,7 @@ def test_ctrl_c_on_the_cli_saves_and_leaves_no_process(tmp_path):
     assert state["updates"] == records[-2]["updates"]
     assert state["overlap"]["pending"] is not None
     # The actor, and multiprocessing's resource tracker, which exits once its parent has.
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and any(_running(pid) for pid in children):
-        time.sleep(0.1)
-    assert not any(_running(pid) for pid in children)
-
-
-def _running(pid) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as handle:
-            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    assert wait_gone([int(pid) for pid in children], 10) == []
 
 
 @pytest.mark.parametrize("extra, named", [
@@ -196,7 +185,7 @@ def test_an_emulated_env_steps_in_the_actor_or_in_its_own_workers():
             assert len(workers) == (num_workers if backend == "multiprocessing" else 0)
         finally:
             trainer.close()
-        assert not any(_running(pid) for pid in workers)
+        assert not any(pid_alive(pid) for pid in workers)
     assert losses["multiprocessing"] == losses["serial"]
 
 

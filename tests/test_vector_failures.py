@@ -14,19 +14,13 @@ import pytest
 
 import peregrine.vector as pv
 
+from polling import wait_gone
 from test_vector_helpers import (FlakyEnv, fails_in_worker, gym_cartpole, pid_alive,
                                  record_segments, shm_segments, slow_cartpole)
 
 pytestmark = pytest.mark.timeout(60)  # a hang fails the test instead of the suite
 TESTS_DIR = os.path.dirname(__file__)
 SRC_DIR = os.path.join(TESTS_DIR, "..", "src")
-
-
-def _wait_gone(pids, seconds=10.0):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline and any(pid_alive(p) for p in pids):
-        time.sleep(0.05)
-    return [p for p in pids if pid_alive(p)]
 
 
 def _segment_name(env):
@@ -44,7 +38,7 @@ def test_close_frees_processes_and_shared_memory(monkeypatch):
     env.step(np.zeros(4, np.int32))
     env.close()
     env.close()  # idempotent
-    assert _wait_gone(pids, 1.0) == []
+    assert wait_gone(pids, 1.0) == []
     assert ours and not ours & shm_segments()
     with pytest.raises(RuntimeError, match="closed"):
         env.step(np.zeros(4, np.int32))
@@ -59,7 +53,7 @@ def test_garbage_collection_frees_everything(monkeypatch):
     env.reset()
     del env
     gc.collect()
-    assert _wait_gone(pids, 5.0) == []
+    assert wait_gone(pids, 5.0) == []
     assert ours and not ours & shm_segments()
 
 
@@ -74,7 +68,7 @@ def test_killed_worker_is_reported_quickly_and_cleaned_up():
         for _ in range(100_000):
             env.step(np.zeros(4, np.int32))
     assert time.monotonic() - start < 30  # generous: the real bound is ~50 ms of polling
-    assert _wait_gone(pids, 2.0) == []  # the surviving worker was stopped too
+    assert wait_gone(pids, 2.0) == []  # the surviving worker was stopped too
     assert name not in shm_segments()   # (by name: other jobs on the machine make their own)
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
@@ -201,7 +195,7 @@ def test_ctrl_c_in_parent_frees_workers_and_shared_memory(tmp_path, env_expr):
     process.send_signal(signal.SIGINT)
     _out, err = process.communicate(timeout=30)
     assert "KeyboardInterrupt" in err
-    assert _wait_gone(pids, 5.0) == []
+    assert wait_gone(pids, 5.0) == []
     assert name not in shm_segments()
 
 
@@ -209,5 +203,5 @@ def test_parent_killed_outright_workers_exit_on_their_own(tmp_path):
     process, pids, name = _start_loop(tmp_path, "'cartpole'")
     process.kill()
     process.wait(timeout=10)
-    assert _wait_gone(pids, 10.0) == []
+    assert wait_gone(pids, 10.0) == []
     assert name not in shm_segments()     # unlinked once the workers had mapped it
