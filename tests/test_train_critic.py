@@ -287,17 +287,20 @@ def test_the_obstacles_global_variant_is_the_wilderness_global_one_on_the_obstac
 
 
 def test_the_global_variant_is_the_shipped_config_with_memory_and_a_global_critic():
-    """`--config global` changes the default preset's shipped recipe in exactly six
+    """`--config global` changes the default preset's shipped recipe in exactly nine
     settings: the two the five-seed comparison in RESULTS measured (memory, the global
     critic), the entropy bonus the levers sweep chose ("DroneSwarm sweeps", point 11),
-    twice the budget and a 32-unit LSTM in bf16 (point 12)."""
+    twice the budget and a 32-unit LSTM in bf16 (point 12), and the reward sweep's
+    three reward terms (point 14)."""
     mappo, shipped = load_config("drone_swarm", "global"), load_config("drone_swarm")
     changed = [("policy", "lstm"), ("policy", "critic"), ("policy", "lstm_size"),
-               ("train", "ent_coef"), ("train", "total_steps"), ("train", "precision")]
+               ("train", "ent_coef"), ("train", "total_steps"), ("train", "precision"),
+               ("env", "r_time"), ("env", "r_connect"), ("env", "r_report_lost")]
     def values(config):
-        return tuple(getattr(getattr(config, section), key) for section, key in changed)
-    assert values(mappo) == (True, "global", 32, 0.003, 40_000_000, "bf16")
-    assert values(shipped) == (False, "local", 64, 0.0, 20_000_000, "fp32")
+        return tuple(_setting(config, section, key) for section, key in changed)
+    assert values(mappo) == (True, "global", 32, 0.003, 40_000_000, "bf16", -0.088, 0.028, -4.7)
+    assert values(shipped)[:6] == (False, "local", 64, 0.0, 20_000_000, "fp32")
+    assert values(shipped)[7:] == (0.05, -2.0)        # r_time: the preset's, not in the file
     for section, key in changed:
-        setattr(getattr(mappo, section), key, getattr(getattr(shipped, section), key))
+        _put(mappo, section, key, _setting(shipped, section, key))
     assert mappo.to_dict() == shipped.to_dict()
