@@ -206,7 +206,8 @@ enum {
  * Rows: X(element type, name, elements per instance on the GPU). DS_BLOCK_ROWS
  * are DsScratch's members (arrays of DS_BLOCK_DRONES on the CPU, DsRows on the
  * GPU); DS_CALL_ROWS are the arrays of single functions, declared with
- * DS_SCRATCH. The lengths read n, k (obs_n_nearest) and kq (obs_n_obstacles). */
+ * DS_SCRATCH. The lengths read n, k (obs_n_nearest), kq (obs_n_obstacles) and heard (n
+ * where obs_n_neighbours > 0, else 0). */
 #define DS_BLOCK_ROWS(X)                                                                \
     X(float, speed2, n) X(float, explore, n) X(float, confirmations, n)                 \
     X(float, scan_near, n) X(float, alive, n) X(float, share, n) X(float, r_comm, n)    \
@@ -219,7 +220,7 @@ enum {
     X(int32_t, own_lost, n) X(float, slot_d2, k) X(float, obstacle_d2, kq)              \
     X(int32_t, obstacle_index, kq) X(float, feature_r_comm, n)                          \
     X(int32_t, observe_count, n) X(float, observe_nearest2, n)                          \
-    X(uint64_t, observe_adjacency, n) X(float, neighbour_report, n)
+    X(uint64_t, observe_adjacency, n) X(float, neighbour_report, heard)
 
 enum {
 #define DS_ROW_INDEX(type, name, length) DS_W_##name,
@@ -477,6 +478,7 @@ static int env_init(Env *env, const double *c, char *err, size_t errlen) {
     /* The GPU's scratch rows (DsRow), each `length` elements of every instance,
      * from an 8-byte boundary. The CPU build never reads or writes them. */
     const int n = env->n, k = env->k, kq = env->k_obstacles;
+    const int heard = env->k_neighbours > 0 ? n : 0; /* drones, where neighbour slots are on */
     size_t bytes = 0;
 #define DS_ROW_AT(type, name, length)                                 \
     env->work_at[DS_W_##name] = bytes;                                \
