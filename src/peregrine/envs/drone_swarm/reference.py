@@ -371,22 +371,30 @@ class DroneSwarmReference:
     def _obstacle_slots(self, idx):
         """float32 [E', n, 4 * k_obstacles]: the nearest obstacles' corners relative to each drone."""
         kq, size = self.k_obstacles, self.world_size
-        out = np.zeros((idx.size, self.n, 4 * kq), np.float32)
         if self.n_obstacles == 0:
-            return out
+            return np.zeros((idx.size, self.n, 4 * kq), np.float32)
         x, y = self.x[idx][:, :, None], self.y[idx][:, :, None]
         r = self.obstacles[idx][:, None, :, :]                       # [E', 1, O, 4]
         gx = np.maximum(np.maximum(r[..., 0] - x, x - r[..., 2]), f32(0))
         gy = np.maximum(np.maximum(r[..., 1] - y, y - r[..., 3]), f32(0))
         d2 = gx * gx + gy * gy
         placed = np.arange(self.n_obstacles)[None, None, :] < self.obstacle_count[idx][:, None, None]
-        d2 = np.where(placed, d2, f32(np.inf))
-        order = np.argsort(d2, axis=2, kind="stable")[:, :, :kq]
-        found = np.take_along_axis(placed, order, axis=2)
-        for f, coordinate in enumerate((x, y, x, y)):
-            corner = np.take_along_axis(np.broadcast_to(r[..., f], d2.shape), order, axis=2)
-            value = np.clip((corner - coordinate) / size, f32(-1), f32(1))
-            out[:, :, f:4 * order.shape[2]:4] = np.where(found, value, f32(0))
+        corners = [np.clip((r[..., f] - coordinate) / size, f32(-1), f32(1))
+                   for f, coordinate in enumerate((x, y, x, y))]
+        return self._nearest_slots(d2, placed, kq, corners)
+
+    @staticmethod
+    def _nearest_slots(d2, valid, k, fields):
+        """float32 [E', n, len(fields) * k]: per drone its k nearest valid candidates
+        (d2 [E', n, C] over the last axis, ties to the lower index), each slot the
+        fields' values there (arrays broadcastable to d2), zero past the valid ones."""
+        order = np.argsort(np.where(valid, d2, f32(np.inf)), axis=2, kind="stable")[:, :, :k]
+        found = np.take_along_axis(valid, order, axis=2)
+        width = len(fields)
+        out = np.zeros((*d2.shape[:2], width * k), np.float32)
+        for f, value in enumerate(fields):
+            taken = np.take_along_axis(np.broadcast_to(value, d2.shape), order, axis=2)
+            out[:, :, f:width * order.shape[2]:width] = np.where(found, taken, f32(0))
         return out
 
     # ---- pieces of a step ---------------------------------------------------
@@ -463,27 +471,18 @@ class DroneSwarmReference:
         """float32 [E', n, 4 * obs_n_neighbours]: per live drone within the episode's
         r_comm, nearest first (ties: lower index), its (dx, dy) / r_comm, connected
         flag and report (as the obs_report column); zero past the drones in range."""
-        n, kn = self.n, self.k_neighbours
         x, y = self.x[idx], self.y[idx]
         dx = x[:, None, :] - x[:, :, None]                                # [E', d, e]: e - d
         dy = y[:, None, :] - y[:, :, None]
         d2 = dx * dx + dy * dy
         r = self.ep_r_comm[idx]
-        heard = ((self.battery[idx] > 0)[:, None, :] & ~np.eye(n, dtype=bool)[None]
+        heard = ((self.battery[idx] > 0)[:, None, :] & ~np.eye(self.n, dtype=bool)[None]
                  & (d2 <= (r * r)[:, None, None]))
-        order = np.argsort(np.where(heard, d2, f32(np.inf)), axis=2, kind="stable")
-        order = order[:, :, :kn]
-        found = np.take_along_axis(heard, order, 2)
         inv_r = (f32(1) / r)[:, None, None]
-        per_drone = (self.connected[idx].astype(np.float32), self._report_column(idx))
-        fields = [np.clip(np.take_along_axis(dx, order, 2) * inv_r, f32(-1), f32(1)),
-                  np.clip(np.take_along_axis(dy, order, 2) * inv_r, f32(-1), f32(1))]
-        fields += [np.take_along_axis(np.broadcast_to(v[:, None, :], d2.shape), order, 2)
-                   for v in per_drone]
-        out = np.zeros((idx.size, n, 4 * kn), np.float32)
-        for f, value in enumerate(fields):
-            out[:, :, f:4 * order.shape[2]:4] = np.where(found, value, f32(0))
-        return out
+        fields = [np.clip(dx * inv_r, f32(-1), f32(1)), np.clip(dy * inv_r, f32(-1), f32(1)),
+                  self.connected[idx].astype(np.float32)[:, None, :],
+                  self._report_column(idx)[:, None, :]]
+        return self._nearest_slots(d2, heard, self.k_neighbours, fields)
 
     def _observe(self, idx, detections):
         """Writes the observation rows of instances idx. detections: None or
