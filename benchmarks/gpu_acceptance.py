@@ -65,6 +65,7 @@ step and its report cannot rot between GPU sessions.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import re
@@ -1136,26 +1137,46 @@ def learning_plan(tiny: bool) -> list[dict]:
     return runs
 
 
-def recorded_learning(runs_folder: Path = ROOT / "benchmarks" / "gpu_runs") -> set[str]:
-    """Names of the stage-g runs an earlier window recorded to the end (its steps, or
-    its success target). The device's runs repeat bit for bit (the 2026-11-27 and
-    2026-11-28 H200 windows gave `global` seeds 11 and 12 the same returns to the last
-    digit), so a window spends its minutes on runs not yet recorded first. Runs are
-    matched by name: after a variant's settings change, move its old records aside
-    (or rename the plan's runs) so that the new settings are measured first."""
-    names = set()
+def learning_config(plan: dict, device: str):
+    """The training config of one stage-g run, as the child builds it."""
+    from peregrine.train.config import load_config
+    return load_config("drone_swarm", plan["variant"], overrides=[
+        *plan["overrides"], ("vec.backend", "device"), ("train.device", device),
+        ("train.seed", plan["seed"]), ("train.total_steps", plan["steps"]),
+        ("train.checkpoint_interval", 0), ("train.stop_return", 0.0)])
+
+
+def config_sha256(config) -> str:
+    """A fingerprint of every resolved setting of a run (env, vec, train, policy)."""
+    text = json.dumps(config.to_dict(), sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def recorded_learning(runs_folder: Path = ROOT / "benchmarks" / "gpu_runs"
+                      ) -> set[tuple[str, str | None]]:
+    """(name, config_sha256) of the stage-g runs an earlier window recorded to the end
+    (its steps, or its success target); None for records made before runs carried
+    their config's fingerprint. The device's runs repeat bit for bit (the 2026-11-27
+    and 2026-11-28 H200 windows gave `global` seeds 11 and 12 the same returns to the
+    last digit), so a window spends its minutes on runs not yet recorded first. A run
+    counts as recorded only with the settings it has now: after a variant's reward or
+    sizes change, its old records no longer match and it is measured first again."""
+    found = set()
     for path in sorted(runs_folder.glob("*/g_learning.json")):
         for run in json.loads(path.read_text()).get("runs", []):
             if "error" not in run and (run.get("finished") or run.get("reached")):
-                names.add(run["name"])
-    return names
+                found.add((run["name"], run.get("config_sha256")))
+    return found
 
 
-def unrecorded_first(plan: list[dict], recorded: set[str]) -> list[dict]:
-    """The plan in its order, runs already recorded moved to the end (they still run,
-    as a repeat, when the deadline leaves time)."""
-    return ([run for run in plan if run["name"] not in recorded]
-            + [run for run in plan if run["name"] in recorded])
+def unrecorded_first(plan: list[dict], recorded: set[tuple[str, str | None]],
+                     device: str = "cuda") -> list[dict]:
+    """The plan in its order, runs already recorded with their present config moved to
+    the end (they still run, as a repeat, when the deadline leaves time)."""
+    done = [(run["name"], config_sha256(learning_config(run, device))) in recorded
+            for run in plan]
+    return ([run for run, old in zip(plan, done) if not old]
+            + [run for run, old in zip(plan, done) if old])
 
 
 def child_learning(device: str, tiny: bool, result_path: Path, seconds: float) -> dict:
@@ -1164,21 +1185,19 @@ def child_learning(device: str, tiny: bool, result_path: Path, seconds: float) -
     success rate first reached the target over at least 64 episodes)."""
     from peregrine.evaluate import evaluate
     from peregrine.train import checkpoint
-    from peregrine.train.config import load_config
     from peregrine.train.ppo import Trainer
     deadline = time.monotonic() + seconds
     results = {"runs": []}
-    for plan in unrecorded_first(learning_plan(tiny), set() if tiny else recorded_learning()):
+    plans = learning_plan(tiny)
+    for plan in plans if tiny else unrecorded_first(plans, recorded_learning(), device):
         if deadline - time.monotonic() < (2 if tiny else 15):
             break
         run = {"name": plan["name"], "env": "drone_swarm", "kind": "learning",
                "variant": plan["variant"], "seed": plan["seed"], "start": time.time()}
         run["overrides"] = [list(pair) for pair in plan["overrides"]]
         try:
-            config = load_config("drone_swarm", plan["variant"], overrides=[
-                *plan["overrides"], ("vec.backend", "device"), ("train.device", device),
-                ("train.seed", plan["seed"]), ("train.total_steps", plan["steps"]),
-                ("train.checkpoint_interval", 0), ("train.stop_return", 0.0)])
+            config = learning_config(plan, device)
+            run["config_sha256"] = config_sha256(config)
             trainer = Trainer(config)
             try:
                 run.update(learn(trainer, plan, deadline))

@@ -357,26 +357,42 @@ def test_the_learning_plan_trains_fresh_seeds_with_a_shipped_batch_control():
 
 
 def test_stage_g_runs_what_no_window_recorded_first(tmp_path):
-    """The recorded windows hold `global` seeds 11-12 and `wilderness` to the end
-    (seed 13 ended at the deadline, short of its steps): a window starts with the
-    runs still owed, and repeats the recorded ones only after them."""
+    """A window starts with the runs still owed and repeats the recorded ones only
+    after them; a record counts only with the run's present settings. The recorded
+    windows hold `global` seeds 11-12 and `wilderness` to the end, but with no config
+    fingerprint (and `global` has changed its reward since): none of them counts."""
     runs = ROOT / "benchmarks" / "gpu_runs"
     for window in ("2026-11-27-h200-full", "2026-11-28-h200"):
         (tmp_path / window).mkdir()
         shutil.copy(runs / window / "g_learning.json", tmp_path / window)
     recorded = gpu_acceptance.recorded_learning(tmp_path)
     assert recorded <= gpu_acceptance.recorded_learning()      # the shipped folder's too
-    assert {"global, seed 11", "global, seed 12", "wilderness to 99% success",
-            "global as shipped (CPU batch), seed 11"} <= recorded
-    assert "global, seed 13" not in recorded
-    order = [run["name"] for run in
-             gpu_acceptance.unrecorded_first(gpu_acceptance.learning_plan(tiny=False), recorded)]
-    assert order[:3] == ["global, seed 13", "global, seed 14", "global, seed 15"]
-    assert order[3].startswith("obstacles-global")
-    assert set(order[-4:]) == {"global, seed 11", "global, seed 12",
-                               "wilderness to 99% success",
-                               "global as shipped (CPU batch), seed 11"}
-    assert sorted(order) == sorted(run["name"] for run in gpu_acceptance.learning_plan(False))
+    assert {("global, seed 11", None), ("global, seed 12", None),
+            ("wilderness to 99% success", None)} <= recorded
+    assert ("global, seed 13", None) not in recorded       # ended at the deadline
+    plan = gpu_acceptance.learning_plan(tiny=False)
+    names = [run["name"] for run in plan]
+    assert [run["name"] for run in gpu_acceptance.unrecorded_first(plan, recorded)] == names
+
+    # a window that recorded seed 11 and wilderness with today's settings, and seed 12
+    # with another reward
+    def record(run, **env):
+        config = gpu_acceptance.learning_config(run, "cuda")
+        config.env.update(env)
+        return {"name": run["name"], "finished": True,
+                "config_sha256": gpu_acceptance.config_sha256(config)}
+    by_name = {run["name"]: run for run in plan}
+    window = tmp_path / "2026-12-01-h100"
+    window.mkdir()
+    (window / "g_learning.json").write_text(json.dumps({"runs": [
+        record(by_name["global, seed 11"]), record(by_name["wilderness to 99% success"]),
+        record(by_name["global, seed 12"], r_time=-0.005),
+        {**record(by_name["global, seed 13"]), "finished": False}]}))
+    order = [run["name"] for run in gpu_acceptance.unrecorded_first(
+        plan, gpu_acceptance.recorded_learning(tmp_path))]
+    assert order[-2:] == ["global, seed 11", "wilderness to 99% success"]
+    assert order[:-2] == [name for name in names if name not in order[-2:]]
+    assert sorted(order) == sorted(names)
 
 
 def test_memory_before_a_run_is_its_own_reading_where_it_took_one():
