@@ -343,17 +343,32 @@ def test_the_first_h200_runs_figures_are_read_again_correctly():
 
 def test_the_learning_plan_trains_fresh_seeds_with_a_shipped_batch_control():
     """Stage g at GPU size: every `global` and `obstacles-global` seed is a fresh one
-    (never a tuning seed 1-5), scaled 16x; one `global` run keeps the shipped batch for
-    the CPU's 20M steps, so a gap to the CPU's result can be told apart from scaling."""
+    (never a tuning seed), in the GPU-scale shape: 8x the shipped instances and
+    minibatch (so each update keeps its minibatches and epochs), `global`'s learning
+    rate doubled and `obstacles-global`'s kept; one `global` run keeps the shipped
+    batch and steps, so a gap to the CPU's result can be told apart from scaling."""
+    from peregrine.train.config import load_config
     plan = gpu_acceptance.learning_plan(tiny=False)
     judged = [run for run in plan if "episodes" in run]
     assert {run["seed"] for run in judged} == set(gpu_acceptance.FRESH_SEEDS)
-    assert not set(gpu_acceptance.FRESH_SEEDS) & {1, 2, 3, 4, 5}
+    assert not set(gpu_acceptance.FRESH_SEEDS) & {1, 2, 3, 4, 5, 401, 402, 403, 404, 405}
     controls = [run for run in judged if not run["overrides"]]
-    assert [(run["variant"], run["steps"]) for run in controls] == [("global", 20_000_000)]
+    assert [(run["variant"], run["steps"]) for run in controls] == [("global", 40_000_000)]
+    assert plan[-1] is controls[0]
+    assert [run["variant"] for run in plan[:5]] == ["global"] * 5
+    lr_factor = {"global": 2.0, "obstacles-global": 1.0}
     for run in judged:
-        if run not in controls:
-            assert dict(run["overrides"])["vec.num_envs"] == 16 * 128 and run["steps"] == 10 ** 8
+        if run in controls:
+            continue
+        shipped = load_config("drone_swarm", run["variant"])
+        config = gpu_acceptance.learning_config(run, "cpu")
+        assert config.vec.num_envs == 8 * shipped.vec.num_envs == 1024
+        assert config.train.minibatch_size == 8 * shipped.train.minibatch_size
+        assert config.train.update_epochs == shipped.train.update_epochs
+        assert config.train.learning_rate == lr_factor[run["variant"]] * \
+            shipped.train.learning_rate
+        assert config.train.total_steps == run["steps"] == 10 ** 8
+        assert config.train.seed == run["seed"] and config.vec.backend == "device"
 
 
 def test_stage_g_runs_what_no_window_recorded_first(tmp_path):
