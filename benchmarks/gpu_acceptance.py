@@ -1108,9 +1108,10 @@ FRESH_SEEDS = (11, 12, 13, 14, 15)     # stage g's training seeds, none used in 
 # preset's 8 drones, 524,288 samples an update) with the minibatch grown alike (its
 # eight minibatches and three epochs kept), the learning rate times LR_FACTOR. On the
 # CPU (benchmarks/RESULTS.md, "Issue 32 on the CPU") `global` in this shape with its
-# learning rate doubled delivered 9.91 and 9.88 at 100M steps on tuning seeds 401-402,
-# against the shipped batch's 9.78 and 9.84 at 40M; the 16x batch at the shipped
-# learning rate had delivered 6.48-8.41 on the device (2026-11-27/28 windows).
+# learning rate doubled delivered 9.91 / 9.88 / 9.66 / 9.95 at 100M steps on tuning
+# seeds 401-404, against the shipped batch's 9.78 / 9.84 / 9.48 / 9.41 at 40M; the 16x
+# batch at the shipped learning rate had delivered 6.48-8.41 on the device (old reward,
+# 2026-11-27/28 windows).
 # `obstacles-global` keeps its learning rate: its sweep pruned every trial above 3e-3
 # (at the shipped batch), and this shape was not tried with it on the CPU.
 GPU_SCALE = 8
