@@ -1118,13 +1118,14 @@ GPU_SCALE = 8
 LR_FACTOR = {"global": 2.0, "obstacles-global": 1.0}
 
 
-def gpu_scale(variant: str) -> list[tuple[str, object]]:
-    """The overrides that give `variant` stage g's GPU-scale shape (GPU_SCALE)."""
+def gpu_scale(variant: str, scale: int = GPU_SCALE) -> list[tuple[str, object]]:
+    """The overrides that give `variant` `scale` times its shipped instances and
+    minibatch, its learning rate times LR_FACTOR (1 for a variant not named there)."""
     from peregrine.train.config import load_config
     shipped = load_config("drone_swarm", variant)
-    return [("vec.num_envs", shipped.vec.num_envs * GPU_SCALE),
-            ("train.minibatch_size", shipped.train.minibatch_size * GPU_SCALE),
-            ("train.learning_rate", shipped.train.learning_rate * LR_FACTOR[variant])]
+    return [("vec.num_envs", shipped.vec.num_envs * scale),
+            ("train.minibatch_size", shipped.train.minibatch_size * scale),
+            ("train.learning_rate", shipped.train.learning_rate * LR_FACTOR.get(variant, 1.0))]
 
 
 def learning_plan(tiny: bool) -> list[dict]:
@@ -1146,8 +1147,7 @@ def learning_plan(tiny: bool) -> list[dict]:
                  episodes=64, overrides=gpu_scale("global")) for seed in FRESH_SEEDS]
     runs.append(dict(name="wilderness to 99% success", variant="wilderness",
                      seed=FRESH_SEEDS[0], steps=100_000_000, seconds=45.0, target=0.99,
-                     overrides=[("vec.num_envs", 128 * 16),
-                                ("train.minibatch_size", 8192 * 16)]))
+                     overrides=gpu_scale("wilderness", 16)))
     runs += [dict(name=f"obstacles-global, seed {seed}", variant="obstacles-global",
                   seed=seed, steps=100_000_000, episodes=64,
                   overrides=gpu_scale("obstacles-global"))
