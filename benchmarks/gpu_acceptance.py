@@ -1062,6 +1062,30 @@ def measure_startup(plan: dict, tiny: bool, scratch: Path) -> dict:
                       f"{last.get('elapsed', 0):.2f} s training"}
 
 
+def add_phases(phases: dict, record: dict, since_start: float) -> None:
+    """Adds an update's record to a solve's phase sums: the first update's seconds
+    (cuBLAS and kernel set-up fall in it), then every later update's rollout (env
+    steps, forwards and advantages) and learning phase, from the trainer's own time
+    split. The learning phase ends in a host read of its losses, so on a device it
+    also waits for whatever of the rollout was still queued."""
+    if phases["first_update"] is None:
+        phases["first_update"] = since_start
+        return
+    split = record["time_split"]
+    phases["rollout"] += split["env"] + split["forward"]
+    phases["learn"] += split["learn"]
+
+
+def phase_detail(phases: dict, updates: int) -> str:
+    """The phase sums as a report fragment: per later update, rollout + learning."""
+    if phases["first_update"] is None:
+        return ""
+    later = max(updates - 1, 1)
+    return (f"; first update {phases['first_update']:.2f} s, then per update "
+            f"{1000 * phases['rollout'] / later:.0f} ms rollout + "
+            f"{1000 * phases['learn'] / later:.0f} ms learning")
+
+
 def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
     def synchronise():
         if cuda:
@@ -1070,8 +1094,10 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
     kind = plan["kind"]
     if kind == "solve":            # the clock runs from the first update, compilation and all
         timed_start, started = time.time(), time.perf_counter()
+        phases = {"first_update": None, "rollout": 0.0, "learn": 0.0}
         while not trainer.done and time.perf_counter() - started < plan["seconds"]:
             record = trainer.update()
+            add_phases(phases, record, time.perf_counter() - started)
             if (record["recent_return"] or 0) >= 475:
                 break
         synchronise()
@@ -1080,9 +1106,10 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
         return {"steps": trainer.global_step, "updates": trainer.updates, "seconds": seconds,
                 "timed_start": timed_start, "timed_end": time.time(),
                 "recent_return": recent, "candidate": plan.get("candidate"),
-                "passed": solved and seconds <= 1.0,
+                "phases": phases, "passed": solved and seconds <= 1.0,
                 "detail": f"{trainer.global_step:,} steps, {trainer.updates} updates, "
-                          f"{seconds:.2f} s" + ("" if solved else ", not solved")}
+                          f"{seconds:.2f} s" + ("" if solved else ", not solved")
+                          + phase_detail(phases, trainer.updates)}
     started = time.perf_counter()
     trainer.update()                         # warm-up (and compilation) not timed
     synchronise()

@@ -86,6 +86,8 @@ def test_dry_run_runs_every_stage_and_writes_the_report(tmp_path):
         plan["name"] for plan in gpu_acceptance.training_plan("cpu", tiny=True)]
     assert not [run for run in runs if run.get("error")]
     assert all(run["sps"] > 0 for run in runs if run["kind"] in ("gpu_env", "split", "cpu"))
+    solves = [run for run in runs if run["kind"] == "solve"]
+    assert solves and all(run["phases"]["first_update"] > 0 for run in solves)
     startup = [run for run in runs if run["kind"] == "startup"]
     assert [run["wall_seconds"] > run["training_seconds"] > 0 for run in startup] == [True]
     peers = report["stages"]["e_peers"]["result"]
@@ -423,3 +425,17 @@ def test_memory_before_a_run_is_its_own_reading_where_it_took_one():
     for entry in usage.values():
         if "memory_before_mib" in entry and entry["window"] == "timed":
             assert entry["memory_before_mib"] <= entry["memory_used_max_mib"]
+
+
+def test_a_solve_splits_its_seconds_into_the_first_update_and_the_phases():
+    phases = {"first_update": None, "rollout": 0.0, "learn": 0.0}
+    records = [{"time_split": {"env": 0.1, "forward": 0.2, "learn": 0.3}},
+               {"time_split": {"env": 0.01, "forward": 0.02, "learn": 0.05}},
+               {"time_split": {"env": 0.01, "forward": 0.04, "learn": 0.07}}]
+    for record, clock in zip(records, (0.9, 1.0, 1.1)):
+        gpu_acceptance.add_phases(phases, record, clock)
+    # the first update is taken whole from the clock (its set-up is not in the split)
+    assert phases == pytest.approx({"first_update": 0.9, "rollout": 0.08, "learn": 0.12})
+    assert gpu_acceptance.phase_detail(phases, 3) == \
+        "; first update 0.90 s, then per update 40 ms rollout + 60 ms learning"
+    assert gpu_acceptance.phase_detail({"first_update": None}, 0) == ""
