@@ -1136,9 +1136,10 @@ FRESH_SEEDS = (11, 12, 13, 14, 15)     # stage g's training seeds, none used in 
 # eight minibatches and three epochs kept), the learning rate times LR_FACTOR. On the
 # CPU (benchmarks/RESULTS.md, "Issue 32 on the CPU") `global` in this shape with its
 # learning rate doubled delivered 9.91 / 9.88 / 9.66 / 9.95 at 100M steps on tuning
-# seeds 401-404, against the shipped batch's 9.78 / 9.84 / 9.48 / 9.41 at 40M; the 16x
-# batch at the shipped learning rate had delivered 6.48-8.41 on the device (old reward,
-# 2026-11-27/28 windows).
+# seeds 401-404, against the shipped batch's 9.78 / 9.84 / 9.48 / 9.41 at 40M, and on
+# fresh seeds 31-35 median 9.89, worst 9.58 (the shipped batch's fresh 21-30: 9.80,
+# 8.70); the 16x batch at the shipped learning rate had delivered 6.48-8.41 on the
+# device (old reward, 2026-11-27/28 windows).
 # `obstacles-global` keeps its learning rate: its sweep pruned every trial above 3e-3
 # (at the shipped batch), and this shape was not tried with it on the CPU.
 GPU_SCALE = 8
