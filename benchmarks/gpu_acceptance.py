@@ -1076,14 +1076,18 @@ def add_phases(phases: dict, record: dict, since_start: float) -> None:
     phases["learn"] += split["learn"]
 
 
-def phase_detail(phases: dict, updates: int) -> str:
-    """The phase sums as a report fragment: per later update, rollout + learning."""
+def phase_detail(phases: dict, updates: int, seconds: float) -> str:
+    """The phase sums as a report fragment: per later update, rollout + learning +
+    the rest of the `seconds` the solve took (the update's record: episode statistics
+    read back, the return checked)."""
     if phases["first_update"] is None:
         return ""
     later = max(updates - 1, 1)
+    rest = seconds - phases["first_update"] - phases["rollout"] - phases["learn"]
     return (f"; first update {phases['first_update']:.2f} s, then per update "
             f"{1000 * phases['rollout'] / later:.0f} ms rollout + "
-            f"{1000 * phases['learn'] / later:.0f} ms learning")
+            f"{1000 * phases['learn'] / later:.0f} ms learning + "
+            f"{1000 * rest / later:.0f} ms other")
 
 
 def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
@@ -1109,7 +1113,7 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
                 "phases": phases, "passed": solved and seconds <= 1.0,
                 "detail": f"{trainer.global_step:,} steps, {trainer.updates} updates, "
                           f"{seconds:.2f} s" + ("" if solved else ", not solved")
-                          + phase_detail(phases, trainer.updates)}
+                          + phase_detail(phases, trainer.updates, seconds)}
     started = time.perf_counter()
     trainer.update()                         # warm-up (and compilation) not timed
     synchronise()

@@ -436,6 +436,6 @@ def test_a_solve_splits_its_seconds_into_the_first_update_and_the_phases():
         gpu_acceptance.add_phases(phases, record, clock)
     # the first update is taken whole from the clock (its set-up is not in the split)
     assert phases == pytest.approx({"first_update": 0.9, "rollout": 0.08, "learn": 0.12})
-    assert gpu_acceptance.phase_detail(phases, 3) == \
-        "; first update 0.90 s, then per update 40 ms rollout + 60 ms learning"
-    assert gpu_acceptance.phase_detail({"first_update": None}, 0) == ""
+    assert gpu_acceptance.phase_detail(phases, 3, 1.2) == \
+        "; first update 0.90 s, then per update 40 ms rollout + 60 ms learning + 50 ms other"
+    assert gpu_acceptance.phase_detail({"first_update": None}, 0, 0.0) == ""
