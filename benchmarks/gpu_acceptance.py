@@ -1062,32 +1062,33 @@ def measure_startup(plan: dict, tiny: bool, scratch: Path) -> dict:
                       f"{last.get('elapsed', 0):.2f} s training"}
 
 
-def add_phases(phases: dict, record: dict, since_start: float) -> None:
-    """Adds an update's record to a solve's phase sums: the first update's seconds
-    (cuBLAS and kernel set-up fall in it), then every later update's rollout (env
-    steps, forwards and advantages) and learning phase, from the trainer's own time
-    split. The learning phase ends in a host read of its losses, so on a device it
-    also waits for whatever of the rollout was still queued."""
-    if phases["first_update"] is None:
-        phases["first_update"] = since_start
-        return
-    split = record["time_split"]
-    phases["rollout"] += split["env"] + split["forward"]
-    phases["learn"] += split["learn"]
+def solve_phases(timings: list, seconds: float) -> dict | None:
+    """A solve's `seconds` by phase, from its updates' (steps, seconds, the record's
+    time split), split as `peregrine profile` splits a run (profile.runner.summarize):
+    the first update whole (kernel and library set-up fall in it), then over the later
+    ones the rollout (env steps, forwards and advantages), the learning phase and the
+    rest (the update's record: episode statistics read back, the return checked). The
+    learning phase ends in a host read of its losses, so on a device it also waits
+    for whatever of the rollout was still queued. None when no update ran."""
+    if not timings:
+        return None
+    from peregrine.profile.runner import summarize
+    first = timings[0][1]
+    split = summarize(timings[:1], timings[1:], seconds - first, first)["time_split_seconds"]
+    return {"first_update": first, "updates": len(timings),
+            "rollout": split.get("env", 0.0) + split.get("forward", 0.0),
+            "learn": split.get("learn", 0.0), "other": split["other"]}
 
 
-def phase_detail(phases: dict, updates: int, seconds: float) -> str:
-    """The phase sums as a report fragment: per later update, rollout + learning +
-    the rest of the `seconds` the solve took (the update's record: episode statistics
-    read back, the return checked)."""
-    if phases["first_update"] is None:
+def phase_detail(phases: dict | None) -> str:
+    """A solve's phases (solve_phases) as a report fragment, per later update."""
+    if phases is None:
         return ""
-    later = max(updates - 1, 1)
-    rest = seconds - phases["first_update"] - phases["rollout"] - phases["learn"]
+    later = max(phases["updates"] - 1, 1)
     return (f"; first update {phases['first_update']:.2f} s, then per update "
             f"{1000 * phases['rollout'] / later:.0f} ms rollout + "
             f"{1000 * phases['learn'] / later:.0f} ms learning + "
-            f"{1000 * rest / later:.0f} ms other")
+            f"{1000 * phases['other'] / later:.0f} ms other")
 
 
 def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
@@ -1098,14 +1099,17 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
     kind = plan["kind"]
     if kind == "solve":            # the clock runs from the first update, compilation and all
         timed_start, started = time.time(), time.perf_counter()
-        phases = {"first_update": None, "rollout": 0.0, "learn": 0.0}
+        timings, clock = [], started
         while not trainer.done and time.perf_counter() - started < plan["seconds"]:
             record = trainer.update()
-            add_phases(phases, record, time.perf_counter() - started)
+            now = time.perf_counter()
+            timings.append((trainer.batch_size, now - clock, record["time_split"]))
+            clock = now
             if (record["recent_return"] or 0) >= 475:
                 break
         synchronise()
         seconds, recent = time.perf_counter() - started, trainer.recent_return()
+        phases = solve_phases(timings, seconds)
         solved = recent is not None and recent >= 475
         return {"steps": trainer.global_step, "updates": trainer.updates, "seconds": seconds,
                 "timed_start": timed_start, "timed_end": time.time(),
@@ -1113,7 +1117,7 @@ def measure_run(trainer, plan: dict, cuda: bool, torch) -> dict:
                 "phases": phases, "passed": solved and seconds <= 1.0,
                 "detail": f"{trainer.global_step:,} steps, {trainer.updates} updates, "
                           f"{seconds:.2f} s" + ("" if solved else ", not solved")
-                          + phase_detail(phases, trainer.updates, seconds)}
+                          + phase_detail(phases)}
     started = time.perf_counter()
     trainer.update()                         # warm-up (and compilation) not timed
     synchronise()

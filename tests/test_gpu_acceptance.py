@@ -428,14 +428,14 @@ def test_memory_before_a_run_is_its_own_reading_where_it_took_one():
 
 
 def test_a_solve_splits_its_seconds_into_the_first_update_and_the_phases():
-    phases = {"first_update": None, "rollout": 0.0, "learn": 0.0}
-    records = [{"time_split": {"env": 0.1, "forward": 0.2, "learn": 0.3}},
-               {"time_split": {"env": 0.01, "forward": 0.02, "learn": 0.05}},
-               {"time_split": {"env": 0.01, "forward": 0.04, "learn": 0.07}}]
-    for record, clock in zip(records, (0.9, 1.0, 1.1)):
-        gpu_acceptance.add_phases(phases, record, clock)
+    # per update: (steps, seconds on the solve's clock, the record's time split)
+    timings = [(4096, 0.9, {"env": 0.1, "forward": 0.2, "learn": 0.3}),
+               (4096, 0.1, {"env": 0.01, "forward": 0.02, "learn": 0.05}),
+               (4096, 0.1, {"env": 0.01, "forward": 0.04, "learn": 0.07})]
+    phases = gpu_acceptance.solve_phases(timings, 1.2)
     # the first update is taken whole from the clock (its set-up is not in the split)
-    assert phases == pytest.approx({"first_update": 0.9, "rollout": 0.08, "learn": 0.12})
-    assert gpu_acceptance.phase_detail(phases, 3, 1.2) == \
+    assert phases == pytest.approx({"first_update": 0.9, "updates": 3, "rollout": 0.08,
+                                    "learn": 0.12, "other": 0.1})
+    assert gpu_acceptance.phase_detail(phases) == \
         "; first update 0.90 s, then per update 40 ms rollout + 60 ms learning + 50 ms other"
-    assert gpu_acceptance.phase_detail({"first_update": None}, 0, 0.0) == ""
+    assert gpu_acceptance.phase_detail(gpu_acceptance.solve_phases([], 0.0)) == ""
