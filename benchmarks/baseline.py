@@ -290,14 +290,17 @@ def _load():
 def run_session(source: Path, output: Path, select: str | None, tiny: bool,
                 max_time: float) -> dict:
     """One pytest-benchmark process measuring the code in `source`; its figures."""
+    # pytest-benchmark is the one plugin a session loads: the others installed (hypothesis,
+    # xdist, cov...) cost seconds of start-up a session and measure nothing here
     command = [sys.executable, "-m", "pytest", str(BENCH_DIR), "-q", "-p", "no:cacheprovider",
-               "--benchmark-only", f"--benchmark-json={output}", f"--benchmark-max-time={max_time}",
+               "-p", "pytest_benchmark.plugin", "--benchmark-only", f"--benchmark-json={output}", f"--benchmark-max-time={max_time}",
                "--benchmark-min-rounds=5", "--benchmark-disable-gc", "-W", "ignore"]
     if select:
         command += ["-k", f"({select}) or {REFERENCE}"]
     environment = dict(os.environ, PYTHONPATH=os.pathsep.join(
         [str(source), *filter(None, [os.environ.get("PYTHONPATH")])]))
     environment.pop("PEREGRINE_BENCH_TINY", None)
+    environment["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"
     # a session is a pytest run of its own: started from inside a pytest-xdist worker
     # (the suite runs that way), the inherited worker id would make pytest-benchmark
     # disable itself
