@@ -439,3 +439,25 @@ def test_a_solve_splits_its_seconds_into_the_first_update_and_the_phases():
     assert gpu_acceptance.phase_detail(phases) == \
         "; first update 0.90 s, then per update 40 ms rollout + 60 ms learning + 50 ms other"
     assert gpu_acceptance.phase_detail(gpu_acceptance.solve_phases([], 0.0)) == ""
+
+
+def test_the_solve_candidates_put_the_shipped_config_first_and_compile_last():
+    """Stage c's solves: every seed of the shipped `gpu` config before any variant (a
+    stage cut short keeps them); the compiled variant only in the full plan, and last
+    in the stage (after the compiled throughput rows: its compilation could run long)."""
+    def solves(**kwargs):
+        return [(plan["candidate"], plan["overrides"]) for plan in
+                gpu_acceptance.training_plan("cuda", tiny=False, **kwargs)
+                if plan["kind"] == "solve"]
+    full, short = solves(), solves(short=True)
+    seeds = len(gpu_acceptance.SOLVE_SEEDS)
+    assert [name for name, _ in full] == [name for name in gpu_acceptance.CARTPOLE_GPU_CANDIDATES
+                                          for _ in range(seeds)]
+    assert full[0][0] == "gpu" and full[-1][0] == "gpu, compiled"
+    compiled = [name for name, overrides in full if ("train.compile", True) in overrides]
+    assert compiled == ["gpu, compiled"] * seeds
+    assert short == [row for row in full if row[0] != "gpu, compiled"]
+    assert gpu_acceptance.training_plan("cuda", tiny=False)[-1]["candidate"] == "gpu, compiled"
+    # the dry run: the shipped config on one seed
+    assert [plan["candidate"] for plan in gpu_acceptance.training_plan("cpu", tiny=True)
+            if plan["kind"] == "solve"] == ["gpu"]
