@@ -19,7 +19,8 @@ import peregrine.vector as pv
 from peregrine.train.config import load_config
 from peregrine.train.ppo import Trainer
 from peregrine.train.run import train
-from peregrine.vector.sources import EnvFactory, EnvSourceError, callable_path, kind_of
+from peregrine.vector.sources import (EnvFactory, EnvKeywordError, EnvSourceError,
+                                      callable_path, kind_of)
 from peregrine.vector.spaces import unflatten
 
 import any_env_toys
@@ -108,6 +109,52 @@ def test_a_misspelt_module_names_what_is_there_and_a_missing_one_the_path():
     assert "PYTHONPATH" in str(caught.value)
 
 
+def test_keywords_an_env_refuses_are_one_line_naming_them_and_what_it_takes():
+    with pytest.raises(EnvKeywordError) as caught:
+        EnvFactory("any_env_toys:chain_env", {"lenght": 3})()
+    message = str(caught.value)
+    assert "\n" not in message and "keywords lenght=3" in message
+    assert "unexpected keyword argument 'lenght'" in message and message.endswith("it takes: length")
+    assert caught.value.keywords == ["lenght"]
+    # a value the env refuses: the env's own reason, and the value shown
+    with pytest.raises(EnvKeywordError, match="length='ten'"):
+        EnvFactory("any_env_toys:chain_env", {"length": "ten"})()
+    # a Gymnasium id: the keywords of the class its spec makes
+    with pytest.raises(EnvKeywordError, match="foo=3: .*it takes: .*render_mode"):
+        EnvFactory("gym:CartPole-v1", {"foo": 3})()
+    # without keywords a TypeError is the env's own bug: raised as it is, traceback and all
+    def broken():
+        raise TypeError("a bug inside the env")
+    with pytest.raises(TypeError, match="a bug inside the env") as caught:
+        EnvFactory(broken)()
+    assert not isinstance(caught.value, EnvSourceError)
+
+
+def test_gymnasiums_module_form_names_a_missing_module():
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("gym:peregrine_no_such_module:Thing-v0")()
+    assert "needs the package 'peregrine_no_such_module'" in str(caught.value)
+    assert "''" not in str(caught.value)
+
+
+def test_a_wrapper_that_needs_a_package_or_refuses_its_arguments_is_one_line(monkeypatch):
+    from gymnasium.error import DependencyNotInstalled
+
+    class NeedsOpenCV(gym.Wrapper):
+        def __init__(self, env):
+            raise DependencyNotInstalled("opencv-python package not installed, run `pip "
+                                         "install \"gymnasium[other]\"`\nmore text")
+    monkeypatch.setattr(gym.wrappers, "NeedsOpenCV", NeedsOpenCV, raising=False)
+    with pytest.raises(EnvSourceError) as caught:
+        EnvFactory("gym:CartPole-v1", {}, ["NeedsOpenCV"])()
+    assert str(caught.value) == ("env.wrappers: NeedsOpenCV needs a package that is not "
+                                 "installed: opencv-python package not installed, run `pip "
+                                 "install \"gymnasium[other]\"`")
+    with pytest.raises(EnvSourceError, match="TimeLimit could not be made with .*it takes: "
+                                             "max_episode_steps"):
+        EnvFactory("gym:CartPole-v1", {}, [{"name": "TimeLimit", "max_steps": 7}])()
+
+
 def test_wrappers_are_config_applied_in_order():
     factory = EnvFactory("gym:CartPole-v1", {}, [
         {"name": "TimeLimit", "max_episode_steps": 7}, "NormalizeObservation"])
@@ -148,8 +195,16 @@ def test_a_python_callable_trains_and_its_checkpoint_asks_for_it_again(tmp_path)
     summary = train(config, tmp_path / "run", overwrite=True)
     assert summary["status"] == "finished"
     from peregrine.evaluate import evaluate
-    with pytest.raises(ValueError, match="python:"):
+    name = "python:" + factory.__qualname__
+    with pytest.raises(ValueError, match="<lambda>', a Python callable without an import "
+                                         "path.*pass the callable again"):
         evaluate(None, str(tmp_path / "run"), episodes=2)
+    # given the callable again, it evaluates (the checkpoint's name is the callable's)
+    result = evaluate(factory, str(tmp_path / "run"), episodes=2)
+    assert result["env"] == name and result["episodes"] == 2
+    assert result["world"] == "as made, no keywords"
+    with pytest.raises(ValueError, match="<lambda>', not 'any_env_toys:parity_env'"):
+        evaluate(any_env_toys.parity_env, str(tmp_path / "run"), episodes=2)
 
 
 def test_a_pettingzoo_env_with_agents_leaving_and_joining_trains(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -427,3 +428,41 @@ def test_a_run_file_removed_while_watched_is_not_taken_for_a_new_run(tmp_path):
         MetricsWriter(tmp_path / "run", []).close("finished")
         assert monitor_cli._replaced(reader)          # a new file in its place: a new run
     writer.close("finished")
+
+
+def test_what_a_newcomer_mistypes_is_one_line(tmp_path, capsys, monkeypatch):
+    """Step counts and seeds are read like --train.KEY values; a checkpoint path that
+    does not exist says so; monitor takes a path as given; a factory that cannot
+    render says why; new-env's install line is a path pip cannot take for a name."""
+    def refused(*argv):         # exit 2 (returned, or argparse's SystemExit), one line
+        try:
+            code = cli_main(list(argv))
+        except SystemExit as exit_info:
+            code = exit_info.code
+        err = capsys.readouterr().err
+        assert code == 2 and len(err.strip().splitlines()) == 1, err
+        return err
+
+    assert "train.total_steps must be an integer, got 'abc'" in refused(
+        "train", "cartpole", "--detach", "--total-steps", "abc")
+    assert "train.seed must be an integer, got 'x'" in refused(
+        "train", "cartpole", "--detach", "--seed", "x")
+    for command in (["eval"], ["render", "--out", str(tmp_path / "x.gif")]):
+        assert f"no checkpoint at '{tmp_path / 'nowhere'}': no such file" in refused(
+            *command, "--policy", str(tmp_path / "nowhere"))
+    code, _, err = monitor(capsys, "--once", "--runs-dir", tmp_path, "runs/nonexist")
+    assert code != 0 and "no run 'runs/nonexist'" in err and "runs/runs" not in err
+    assert "does not take render_mode, which render makes it with" in refused(
+        "render", "any_env_toys:chain_env", "--out", str(tmp_path / "x.gif"))
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["new-env", "walker_two"]) == 0
+    assert f"pip install --no-build-isolation .{os.sep}walker_two\n" in capsys.readouterr().out
+
+
+def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "my folder")
+    assert train_cli._eval_prefix("my_envs:corridor") == "PYTHONPATH='my folder' "
+    assert train_cli._eval_prefix("cartpole") == ""
+    assert train_cli._eval_prefix("gym:CartPole-v1") == ""
+    monkeypatch.delenv("PYTHONPATH")
+    assert train_cli._eval_prefix("my_envs:corridor") == ""

@@ -32,10 +32,10 @@ CASES = [
      "'nosuch' is neither a file nor a shipped variant"),
     (["train", "cartpole", "--train.learning-rate"], "override --train.learning-rate needs a value"),
     (["train", "cartpole", "--nproc", "0"], "--nproc must be >= 1, got 0"),
-    (["train", "cartpole", "--seed", "x"], "argument --seed: invalid int value: 'x'"),
+    (["train", "cartpole", "--seed", "x"], "train.seed must be an integer, got 'x'"),
 ]
 IDS = ["unknown-env", "bad-value", "unknown-key", "unknown-section", "wrong-type",
-       "unknown-variant", "missing-value", "bad-nproc", "argparse-syntax"]
+       "unknown-variant", "missing-value", "bad-nproc", "bad-seed"]
 
 # Calls the CLI in this process and reports whether torch got imported.
 IN_PROCESS = """

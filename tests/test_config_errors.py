@@ -192,3 +192,14 @@ def test_the_launcher_refuses_normalisers_on_several_ranks_before_starting_them(
         ("train.normalize_reward", True)]), cores=2)
     assert (ranks, overrides) == (1, [])
     assert why.startswith("one process: several ranks does not support train.normalize_reward")
+
+
+def test_a_quoted_number_gets_the_fix_and_a_word_does_not(tmp_path):
+    path = tmp_path / "quoted.toml"
+    path.write_text('[vec]\nnum_envs = "64"\n')
+    with pytest.raises(ValueError, match="got '64' .a string: write the value without quotes"):
+        load_config("cartpole", path)
+    # a bare word on the command line was never quoted: no such advice
+    with pytest.raises(ValueError) as caught:
+        load_config("cartpole", overrides=[("vec.num_envs", "abc")])
+    assert str(caught.value).endswith("vec.num_envs must be an integer, got 'abc'")

@@ -31,7 +31,7 @@ most `num_envs`), so which episodes are counted never depends on their outcome.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -83,10 +83,14 @@ def _check_positive(name: str, value) -> int:
     return int(value)
 
 
-def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, preset: str | None = None,
-             num_envs: int | None = None, num_threads: int = 1, sample: bool = False,
-             **config) -> dict:
+def evaluate(env_name: str | Callable | None, policy: Any, episodes: int = 64, seed: int = 0,
+             preset: str | None = None, num_envs: int | None = None, num_threads: int = 1,
+             sample: bool = False, **config) -> dict:
     """Runs `episodes` complete episodes and returns their statistics.
+
+    `env_name`: any name `peregrine train` takes, None for a checkpoint's own env, or
+    a Python callable that makes the env (as `load_config` takes one; the only way
+    back to an env trained from a lambda or closure).
 
     Returns {"env", "policy", "preset", "world", "env_config", "episodes": n,
     "mean": {stat: v}, "std": {stat: v}} where std is the population standard
@@ -100,9 +104,10 @@ def evaluate(env_name: str, policy: Any, episodes: int = 64, seed: int = 0, pres
         raise ValueError(f"seed must be a non-negative int, got {seed!r}")
     if env_name is None:
         env_name = checkpoint_env_name(policy)
-    if env_name not in list_envs():
+    if callable(env_name) or env_name not in list_envs():
         from .vector.sources import kind_of
-        kind_of(env_name)       # an unknown name: the kinds of names listed
+        if not callable(env_name):
+            kind_of(env_name)       # an unknown name: the kinds of names listed
         if preset is not None:
             raise ValueError("a preset applies to native envs; an emulated env takes its "
                              "make's keywords (--env.KEY VALUE)")
@@ -143,11 +148,21 @@ def checkpoint_env_name(policy) -> str:
     """The env a checkpoint (file or run directory) was trained on: what `eval` and
     `render` use when no env is named."""
     if not (isinstance(policy, (str, os.PathLike)) and os.path.exists(os.fspath(policy))):
+        path = os.fspath(policy) if isinstance(policy, (str, os.PathLike)) else ""
+        if path and (os.sep in path or path.endswith(".pt")):     # a path, not a policy name
+            raise ValueError(f"no checkpoint at {path!r}: no such file or directory")
         raise ValueError("give the env, or a checkpoint (file or run directory) as the "
                          "policy: its env is then the one it was trained on")
     name, _ = _checkpoint_world(None, policy)
     if name is None:
         raise ValueError(f"checkpoint {os.fspath(policy)!r} records no env; give the env")
+    from .vector.sources import CALLABLE_PREFIX
+    if name.startswith(CALLABLE_PREFIX):
+        raise ValueError(
+            f"checkpoint {os.fspath(policy)!r} was trained on {name!r}, a Python callable "
+            f"without an import path, which no name rebuilds: pass the callable again, "
+            f"peregrine.evaluate.evaluate(CALLABLE, {os.fspath(policy)!r}) (a module-level "
+            f"function, module:function, works from the command line too)")
     return name
 
 
@@ -158,7 +173,7 @@ def emulated_env_keywords(env_name: str, policy, overrides: dict) -> dict:
     return {**trained, **overrides}
 
 
-def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int = 0,
+def evaluate_emulated(env_name: str | Callable, policy: Any, episodes: int = 64, seed: int = 0,
                       num_envs: int | None = None, sample: bool = False, **config) -> dict:
     """`evaluate` for an emulated env (Gymnasium, PettingZoo, a factory): the same
     unbiased count (each env contributes its first episode; rounds of fresh seeds),
@@ -167,11 +182,14 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
     and episode_length."""
     from .vector.recipe import EnvRecipe
     from .vector.serial import Serial
-    from .vector.sources import EnvFactory
+    from .vector.sources import EnvFactory, recorded_name
     episodes = _check_positive("episodes", episodes)
     num_envs = min(episodes, 16) if num_envs is None else _check_positive("num_envs", num_envs)
+    made_by = env_name      # a name, or the Python callable itself (as load_config takes)
+    if callable(env_name):
+        env_name = recorded_name(env_name)      # what its checkpoints record
     keywords = emulated_env_keywords(env_name, policy, config)
-    factory = EnvFactory.from_keywords(env_name, keywords).vector_envs_of(1)
+    factory = EnvFactory.from_keywords(made_by, keywords).vector_envs_of(1)
     # a factory may return a VectorEnv of k envs: each round makes whole ones (a multiple
     # of k envs) and counts the first `instances` envs' first episodes; one recipe, so
     # the env is probed once for the whole evaluation
@@ -185,9 +203,10 @@ def evaluate_emulated(env_name: str, policy: Any, episodes: int = 64, seed: int 
         lambda env, bound, round_seed, instances: _first_emulated_episodes(
             env, bound, round_seed, instances))
     label = _label(policy)
+    world = ", ".join([*([f"keywords {factory.kwargs}"] if factory.kwargs else []),
+                       *([f"wrappers {factory.wrappers}"] if factory.wrappers else [])])
     return {"env": env_name, "policy": label, "preset": None,
-            "world": f"keywords {factory.kwargs}" + (f", wrappers {factory.wrappers}"
-                                                     if factory.wrappers else ""),
+            "world": world or "as made, no keywords",
             "env_config": dict(factory.kwargs), "seed": int(seed),
             "actions": "sampled" if sample else "mode", "episodes": count,
             "mean": {n: float(v) for n, v in zip(names, mean)},

@@ -67,7 +67,8 @@ def resolve_run(args) -> Path:
         raise MetricsFileError(f"{args.run!r} is a file, not a run directory or its {FILE_NAME}")
     if candidate.exists():
         return candidate.parent if candidate.is_file() else candidate
-    under = runs_dir / args.run
+    # a run id is looked for under the runs folder; a path (runs/NAME) is taken as given
+    under = candidate if len(candidate.parts) > 1 else runs_dir / args.run
     if under.exists() or not args.once:
         return under  # live mode may wait for a run that is about to start
     raise MetricsFileError(f"no run {args.run!r}: neither a directory nor a run id under {runs_dir}/")

@@ -17,6 +17,7 @@ pursuer). Then `pip install --no-build-isolation ./NAME` and `peregrine train NA
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
@@ -72,8 +73,10 @@ def write(name: str, directory, multi_agent: bool = False) -> Path:
 
 def run(args) -> int:
     root = write(args.name, args.dir, args.multi_agent)
+    # a folder pip cannot mistake for a package name on the index: ./NAME, not NAME
+    shown = str(root) if root.is_absolute() or len(root.parts) > 1 else f".{os.sep}{root}"
     print(f"wrote {root}: edit {args.name}/{args.name}.h (the rules) and reference.py, then\n"
-          f"  pip install --no-build-isolation {root}\n"
+          f"  pip install --no-build-isolation {shown}\n"
           f"  python -m pytest {root / 'tests'}\n"
           f"  peregrine train {args.name}")
     return 0

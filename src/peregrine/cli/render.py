@@ -129,7 +129,7 @@ def _run_emulated(args) -> int:
     from ..evaluate import emulated_env_keywords
     from ..policies import make_policy
     from ..vector.emulation import emulate
-    from ..vector.sources import EnvFactory
+    from ..vector.sources import EnvFactory, EnvKeywordError
     if args.preset is not None:
         raise ValueError("--preset applies to native envs; an emulated env takes "
                          "--env.KEY VALUE (its make's keywords)")
@@ -137,7 +137,16 @@ def _run_emulated(args) -> int:
     keywords = {"render_mode": "rgb_array",
                 **emulated_env_keywords(args.env, args.policy, fields)}
     factory = EnvFactory.from_keywords(args.env, keywords).vector_envs_of(1)
-    unit = emulate(factory(), seed=args.seed)
+    try:
+        made = factory()
+    except EnvKeywordError as error:
+        if "'render_mode'" not in str(error):
+            raise
+        raise ValueError(f"{args.env} does not take render_mode, which render makes it with "
+                         f"(render_mode='rgb_array'): give the env (or your factory) a "
+                         f"render_mode argument and a render() that returns an RGB array") \
+            from None
+    unit = emulate(made, seed=args.seed)
 
     def draw():
         frame = unit.env.render()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -62,8 +63,9 @@ def _add_flags(parser):
     parser.add_argument("--config", help="TOML file layered over the env's shipped config, "
                         "or the name of a shipped variant (e.g. --config fast)")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue a run from its checkpoint")
-    parser.add_argument("--seed", type=int, help="shorthand for --train.seed")
-    parser.add_argument("--total-steps", type=float, help="shorthand for --train.total-steps")
+    # text, read as --train.KEY values are (1e6 a count; a bad value named by its key)
+    parser.add_argument("--seed", help="shorthand for --train.seed")
+    parser.add_argument("--total-steps", help="shorthand for --train.total-steps")
     parser.add_argument("--run-dir", help="exact run directory (default: runs/<env>-<time>-s<seed>)")
     parser.add_argument("--overwrite", action="store_true",
                         help="a --run-dir that holds something: move it aside (to "
@@ -179,9 +181,21 @@ def run(args) -> int:
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
     print(f"checkpoint: {summary['checkpoint']}", flush=True)
-    print(f"evaluate:   peregrine eval {config.env_name} --policy {summary['checkpoint']}",
-          flush=True)
+    print(f"evaluate:   {_eval_prefix(config.env_name)}peregrine eval {config.env_name} "
+          f"--policy {summary['checkpoint']}", flush=True)
     return runs.exit_code(summary)
+
+
+def _eval_prefix(env_name: str) -> str:
+    """The PYTHONPATH this run's factory module was found through, so that the printed
+    eval command imports it too (`PYTHONPATH=. peregrine train my_envs:corridor`)."""
+    from ..vector.sources import kind_of
+    python_path = os.environ.get("PYTHONPATH")
+    try:
+        factory = kind_of(env_name) == "factory"
+    except ValueError:
+        return ""
+    return f"PYTHONPATH={shlex.quote(python_path)} " if factory and python_path else ""
 
 
 def _check_flags(args) -> None:

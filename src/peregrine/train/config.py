@@ -271,11 +271,10 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
     """
     factory = None
     if callable(env_name):
-        from ..vector.sources import callable_path
+        from ..vector.sources import CALLABLE_PREFIX, recorded_name
         factory = env_name
-        path = callable_path(factory)
-        env_name = path or f"python:{getattr(factory, '__qualname__', type(factory).__name__)}"
-        if path is not None:
+        env_name = recorded_name(factory)
+        if not env_name.startswith(CALLABLE_PREFIX):
             factory = None      # the import path is the whole truth, as from TOML
     layers: list[tuple[dict, Path | None]] = []     # (values, the file they came from)
     if base is not None:
@@ -372,7 +371,11 @@ def _from_text(value: Any, kind: type) -> Any:
 
 
 def _quoted_hint(value: Any) -> str:
-    return " (a string: write the value without quotes)" if isinstance(value, str) else ""
+    """For a string that spells a number ("64", as a TOML file quotes it): the fix. A
+    word ("abc") gets none: it was not quoted, it is no number."""
+    if isinstance(value, str) and isinstance(_toml_literal(value.strip()), numbers.Real):
+        return " (a string: write the value without quotes)"
+    return ""
 
 
 def convert(name: str, value: Any, kind: type, shown: Any = None) -> Any:

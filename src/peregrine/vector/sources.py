@@ -11,7 +11,7 @@ One string names an env everywhere (`peregrine train NAME`, `env.name` in TOML,
                                                VectorEnv (here ALE's own, C++ threads and
                                                Atari preprocessing), num_envs envs per call,
                                                auto-resetting in the same step
-    pettingzoo:butterfly.knights_archers_zombies_v10
+    pettingzoo:butterfly.knights_archers_zombies_v11
                                                that PettingZoo module's parallel_env(**kwargs)
     my_package.envs:make_env                   a factory: import the module, call the function
                                                with **kwargs; it returns a Gymnasium env or a
@@ -32,14 +32,17 @@ A package that is missing is a one-line error naming what to install.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
+import inspect
 import pkgutil
 from typing import Any, Callable
 
 GYM_PREFIX = "gym:"
 GYM_VECTOR_PREFIX = "gym-vec:"
 PETTINGZOO_PREFIX = "pettingzoo:"
+CALLABLE_PREFIX = "python:"     # a callable env without an import path, as recorded
 
 # Gymnasium id namespaces (and id prefixes) whose envs register when a package is
 # imported: imported before gymnasium.make, as Gymnasium 1.x no longer loads plugins.
@@ -63,6 +66,41 @@ class EnvSourceError(ValueError):
     """An env name that cannot be resolved, imported or made (one line, with the fix)."""
 
 
+class EnvKeywordError(EnvSourceError):
+    """The env could not be made with the keywords it was given; `keywords` names them."""
+
+    def __init__(self, message: str, keywords=()):
+        super().__init__(message)
+        self.keywords = list(keywords)
+
+
+def _keywords_of(made) -> list[str] | None:
+    """The keyword arguments a callable (a class: its __init__) names, or None where it
+    takes any (**kwargs) or its signature cannot be read."""
+    if made is None:
+        return None
+    try:
+        parameters = inspect.signature(made).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return None
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+    return [name for name in names if name not in ("self", "env")] or None
+
+
+def _gymnasium_entry(env_id: str):
+    """The callable a Gymnasium id's spec makes, or None (its signature names the
+    keywords; gymnasium.make's own ones, render_mode and the like, are not listed)."""
+    try:
+        import gymnasium
+        from gymnasium.envs.registration import load_env_creator
+        entry = gymnasium.spec(env_id).entry_point
+        return load_env_creator(entry) if isinstance(entry, str) else entry
+    except Exception:       # any failure here only loses the list of keywords
+        return None
+
+
 def is_native_name(name) -> bool:
     """True for the name of a native env (ours or a registered one)."""
     from ..envs.registry import ENVS
@@ -72,7 +110,7 @@ def is_native_name(name) -> bool:
 def describe_kinds() -> str:
     return ("a native env (see `peregrine envs`), gym:ID (a Gymnasium id), gym-vec:ID "
             "(its vector env), pettingzoo:MODULE (e.g. "
-            "pettingzoo:butterfly.knights_archers_zombies_v10) or a factory module:function")
+            "pettingzoo:butterfly.knights_archers_zombies_v11) or a factory module:function")
 
 
 def kind_of(name: str) -> str:
@@ -93,7 +131,7 @@ def kind_of(name: str) -> str:
     if name.startswith(PETTINGZOO_PREFIX):
         if not name[len(PETTINGZOO_PREFIX):]:
             raise EnvSourceError("pettingzoo: needs a module after it, e.g. "
-                                 "pettingzoo:butterfly.knights_archers_zombies_v10")
+                                 "pettingzoo:butterfly.knights_archers_zombies_v11")
         return "pettingzoo"
     module, sep, function = name.partition(":")
     if sep and module and function and all(part.isidentifier() for part in module.split(".")) \
@@ -118,6 +156,14 @@ def callable_path(function: Callable) -> str | None:
     except (ImportError, AttributeError):
         return None
     return f"{module}:{qualname}" if found is function else None
+
+
+def recorded_name(function: Callable) -> str:
+    """The name a config and its checkpoints record for a Python callable env: its
+    import path (module:qualname), or "python:QUALNAME" for one that has none (a
+    lambda, a closure), which only the callable itself, passed again, can rebuild."""
+    path = callable_path(function)
+    return path or f"python:{getattr(function, '__qualname__', type(function).__name__)}"
 
 
 def _import(module: str, for_name: str):
@@ -246,9 +292,21 @@ class EnvFactory:
             if not isinstance(env, Env):
                 raise EnvSourceError(f"env {self.__name__!r}: env.wrappers are Gymnasium "
                                      f"wrappers, but the env is a {type(env).__name__}")
+            from gymnasium.error import DependencyNotInstalled
             for wrapper in self.wrappers:
                 cls, kwargs = resolve_wrapper(wrapper)
-                env = cls(env, **kwargs)
+                try:
+                    env = cls(env, **kwargs)
+                except DependencyNotInstalled as error:
+                    raise EnvSourceError(
+                        f"env.wrappers: {cls.__name__} needs a package that is not installed: "
+                        f"{str(error).strip().splitlines()[0]}") from None
+                except TypeError as error:
+                    takes = _keywords_of(cls)
+                    raise EnvSourceError(
+                        f"env.wrappers: {cls.__name__} could not be made with {kwargs!r}: "
+                        f"{str(error).strip().splitlines()[0]}"
+                        + (f"; it takes: {', '.join(takes)}" if takes else "")) from None
         return env
 
     def _make(self):
@@ -261,18 +319,38 @@ class EnvFactory:
             if self.kind == "pettingzoo":
                 _import("pettingzoo", name)     # its absence named before the module's
                 module = "pettingzoo." + self.name[len(PETTINGZOO_PREFIX):]
-                return _as_parallel(_resolve_attribute(module, "parallel_env", name)(
-                    **self.kwargs))
+                made = _resolve_attribute(module, "parallel_env", name)
+                with self._keywords_named(made):
+                    return _as_parallel(made(**self.kwargs))
             function = self.function
             if function is None:
                 module, _, attribute = self.name.partition(":")
                 function = _resolve_attribute(module, attribute, name)
-            return _as_parallel(function(**self.kwargs))
+            with self._keywords_named(function):
+                return _as_parallel(function(**self.kwargs))
         except ModuleNotFoundError as error:    # raised inside the env's own import
             raise EnvSourceError(_missing(error, name)) from None
         except ImportError as error:
             raise EnvSourceError(f"env {name!r} could not be imported: "
                                  f"{str(error).splitlines()[0]}") from None
+
+    @contextlib.contextmanager
+    def _keywords_named(self, made=None):
+        """A TypeError or ValueError while the env is made with keywords (--env.KEY, [env]
+        keys) as one line naming them, their values and the keywords `made` takes where
+        its signature says; without keywords the error is the env's own, traceback and all."""
+        try:
+            yield
+        except (TypeError, ValueError) as error:
+            if not self.kwargs or isinstance(error, EnvSourceError):
+                raise
+            given = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
+            takes = _keywords_of(made)
+            raise EnvKeywordError(
+                f"env {self.__name__!r} could not be made with the keywords {given}: "
+                f"{(str(error).strip().splitlines() or [type(error).__name__])[0]}"
+                + (f"; it takes: {', '.join(takes)}" if takes else ""),
+                keywords=list(self.kwargs)) from None
 
     def _make_gymnasium(self, env_id: str, vector: bool = False):
         import gymnasium
@@ -282,10 +360,13 @@ class EnvFactory:
                 imported = _import(module, self.name)
                 if module == "ale_py":      # ALE registers its ids through this call
                     gymnasium.register_envs(imported)
+        if ":" in env_id:     # "module:ID": the module imported here, so a missing one is named
+            _import(env_id.partition(":")[0], self.name)
         try:
-            if vector:
-                return gymnasium.make_vec(env_id, **self._vector_kwargs(env_id))
-            return gymnasium.make(env_id, **self.kwargs)
+            with self._keywords_named(_gymnasium_entry(env_id)):
+                if vector:
+                    return gymnasium.make_vec(env_id, **self._vector_kwargs(env_id))
+                return gymnasium.make(env_id, **self.kwargs)
         except DependencyNotInstalled as error:
             first = str(error).strip().splitlines()[0]
             raise EnvSourceError(f"env {self.name!r} needs a package that is not installed: "
@@ -345,6 +426,6 @@ def _as_parallel(env):
     return env
 
 
-__all__ = ["EnvFactory", "EnvSourceError", "kind_of", "is_native_name", "callable_path",
-           "resolve_wrapper", "check_wrappers", "GYM_PREFIX", "GYM_VECTOR_PREFIX",
-           "PETTINGZOO_PREFIX"]
+__all__ = ["EnvFactory", "EnvSourceError", "EnvKeywordError", "kind_of", "is_native_name",
+           "callable_path", "recorded_name", "resolve_wrapper", "check_wrappers",
+           "CALLABLE_PREFIX", "GYM_PREFIX", "GYM_VECTOR_PREFIX", "PETTINGZOO_PREFIX"]
