@@ -363,7 +363,8 @@ class EnvFactory:
         if ":" in env_id:     # "module:ID": the module imported here, so a missing one is named
             _import(env_id.partition(":")[0], self.name)
         try:
-            with self._keywords_named(_gymnasium_entry(env_id)):
+            # (make_vec's keywords are its own and the env's: none listed for it)
+            with self._keywords_named(None if vector else _gymnasium_entry(env_id)):
                 if vector:
                     return gymnasium.make_vec(env_id, **self._vector_kwargs(env_id))
                 return gymnasium.make(env_id, **self.kwargs)
