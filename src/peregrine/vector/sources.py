@@ -74,19 +74,25 @@ class EnvKeywordError(EnvSourceError):
         self.keywords = list(keywords)
 
 
-def _keywords_of(made) -> list[str] | None:
-    """The keyword arguments a callable (a class: its __init__) names, or None where it
-    takes any (**kwargs) or its signature cannot be read."""
+def _it_takes(made) -> str:
+    """"; it takes: a, b" naming the keyword arguments a callable (a class: its __init__)
+    names; "" where it takes any (**kwargs) or its signature cannot be read."""
     if made is None:
-        return None
+        return ""
     try:
         parameters = inspect.signature(made).parameters.values()
     except (TypeError, ValueError):
-        return None
+        return ""
     if any(p.kind is p.VAR_KEYWORD for p in parameters):
-        return None
-    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-    return [name for name in names if name not in ("self", "env")] or None
+        return ""
+    names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
+             and p.name not in ("self", "env")]
+    return f"; it takes: {', '.join(names)}" if names else ""
+
+
+def _first_line(error: BaseException) -> str:
+    """An exception's message as one line (its first), or its type's name if it has none."""
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
 
 
 def _gymnasium_entry(env_id: str):
@@ -163,7 +169,7 @@ def recorded_name(function: Callable) -> str:
     import path (module:qualname), or "python:QUALNAME" for one that has none (a
     lambda, a closure), which only the callable itself, passed again, can rebuild."""
     path = callable_path(function)
-    return path or f"python:{getattr(function, '__qualname__', type(function).__name__)}"
+    return path or f"{CALLABLE_PREFIX}{getattr(function, '__qualname__', type(function).__name__)}"
 
 
 def _import(module: str, for_name: str):
@@ -300,13 +306,11 @@ class EnvFactory:
                 except DependencyNotInstalled as error:
                     raise EnvSourceError(
                         f"env.wrappers: {cls.__name__} needs a package that is not installed: "
-                        f"{str(error).strip().splitlines()[0]}") from None
+                        f"{_first_line(error)}") from None
                 except TypeError as error:
-                    takes = _keywords_of(cls)
                     raise EnvSourceError(
                         f"env.wrappers: {cls.__name__} could not be made with {kwargs!r}: "
-                        f"{str(error).strip().splitlines()[0]}"
-                        + (f"; it takes: {', '.join(takes)}" if takes else "")) from None
+                        f"{_first_line(error)}{_it_takes(cls)}") from None
         return env
 
     def _make(self):
@@ -332,7 +336,7 @@ class EnvFactory:
             raise EnvSourceError(_missing(error, name)) from None
         except ImportError as error:
             raise EnvSourceError(f"env {name!r} could not be imported: "
-                                 f"{str(error).splitlines()[0]}") from None
+                                 f"{_first_line(error)}") from None
 
     @contextlib.contextmanager
     def _keywords_named(self, made=None):
@@ -345,12 +349,9 @@ class EnvFactory:
             if not self.kwargs or isinstance(error, EnvSourceError):
                 raise
             given = ", ".join(f"{key}={value!r}" for key, value in self.kwargs.items())
-            takes = _keywords_of(made)
             raise EnvKeywordError(
                 f"env {self.__name__!r} could not be made with the keywords {given}: "
-                f"{(str(error).strip().splitlines() or [type(error).__name__])[0]}"
-                + (f"; it takes: {', '.join(takes)}" if takes else ""),
-                keywords=list(self.kwargs)) from None
+                f"{_first_line(error)}{_it_takes(made)}", keywords=list(self.kwargs)) from None
 
     def _make_gymnasium(self, env_id: str, vector: bool = False):
         import gymnasium
@@ -369,11 +370,10 @@ class EnvFactory:
                     return gymnasium.make_vec(env_id, **self._vector_kwargs(env_id))
                 return gymnasium.make(env_id, **self.kwargs)
         except DependencyNotInstalled as error:
-            first = str(error).strip().splitlines()[0]
             raise EnvSourceError(f"env {self.name!r} needs a package that is not installed: "
-                                 f"{first}") from None
+                                 f"{_first_line(error)}") from None
         except Error as error:   # unknown id, version, namespace: Gymnasium's own message
-            raise EnvSourceError(f"env {self.name!r}: {str(error).strip().splitlines()[0]}") \
+            raise EnvSourceError(f"env {self.name!r}: {_first_line(error)}") \
                 from None
 
     def _vector_kwargs(self, env_id: str) -> dict:
