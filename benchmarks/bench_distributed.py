@@ -50,6 +50,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from itertools import count
 from pathlib import Path
 
 STEPS = {"cartpole": 400_000, "drone_swarm": 2_000_000}
@@ -135,7 +136,10 @@ def read_run(env: str, ranks: int, run_dir: Path, command: list) -> dict:
 
 
 def measure(env: str, ranks: int, steps: int, workdir: Path, extra=()) -> dict:
-    run_dir = workdir / f"{env}-{ranks}"
+    # a fresh run directory per job: several jobs of one rank count (backends, batch
+    # shapes) share a workdir, and a run directory that holds a run is refused
+    run_dir = next(path for path in (workdir / f"{env}-{ranks}-{index}" for index in count())
+                   if not path.exists())
     command = job_command(env, ranks, steps, run_dir, cpu_list(ranks), extra)
     started = time.monotonic()
     run_jobs([command])

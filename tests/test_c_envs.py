@@ -246,3 +246,16 @@ def test_headers_read_config_fields_by_name():
                 assert re.fullmatch(r"CFG_\w+|\w+\[\w+\]", index), (source, name, index)
                 checked += 1
     assert checked >= 100   # the six built-in envs' reads at least
+
+
+def test_an_env_whose_extension_is_not_built_says_how_to_build_it():
+    """A source checkout used before its build: the env package's import of its own
+    compiled module fails, and the error says to build it (not only "circular import")."""
+    from peregrine.envs.registry import _unbuilt_hint
+    unbuilt = ImportError("cannot import name '_cartpole' from partially initialized module "
+                          "'peregrine.envs.cartpole' (most likely due to a circular import)")
+    assert "C extension is not built" in _unbuilt_hint(unbuilt)
+    gone = ModuleNotFoundError("No module named 'my_env._my_env'", name="my_env._my_env")
+    assert "pip install -e ." in _unbuilt_hint(gone)
+    assert _unbuilt_hint(ModuleNotFoundError("No module named 'numpy'", name="numpy")) == ""
+    assert _unbuilt_hint(AttributeError("module has no attribute 'CartPole'")) == ""

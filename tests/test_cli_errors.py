@@ -97,6 +97,33 @@ def finished_run(tmp_path_factory):
     return run_dir
 
 
+def test_what_every_rank_would_refuse_is_refused_once_before_any_starts(
+        finished_run, capsys, monkeypatch, tmp_path):
+    """--nproc: a backend or device this machine lacks, and a resume that changes what
+    a resume may not, are one line from the launcher; no rank is started."""
+    from peregrine.train import distributed
+    from peregrine.train.checkpoint import load
+    from peregrine.train.run_dir import checkpoint_path
+
+    def no_ranks(*args, **kwargs):
+        raise AssertionError("ranks were started")
+    monkeypatch.setattr(distributed, "launch", no_ranks)
+    capsys.readouterr()
+    assert cli_main(["train", "cartpole", "--nproc", "2", "--detach", "--run-dir",
+                     str(tmp_path / "nccl"), "--train.dist-backend", "nccl"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "'nccl' needs train.device = 'cuda'" in err
+    assert not (tmp_path / "nccl").exists()
+    # a two-rank checkpoint (the finished run's, as if two ranks had written it)
+    saved = {**load(checkpoint_path(finished_run)), "world_size": 2}
+    monkeypatch.setattr(train_cli, "_saved_checkpoint", lambda run_dir: saved)
+    assert cli_main(["train", "--resume", str(finished_run), "--nproc", "2",
+                     "--vec.num-envs", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--resume cannot change vec.num_envs (4 in the " \
+        "checkpoint, 8 now)" in err
+
+
 @pytest.mark.parametrize("extra, message", [
     (["pendulum"], "is a 'cartpole' run, not 'pendulum'"),
     (["--config", "fast"], "--config cannot be combined with --resume"),

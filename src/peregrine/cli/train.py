@@ -133,12 +133,13 @@ def run(args) -> int:
         run_dir = Path(args.run_dir) if args.run_dir else None   # None: named when it starts
     if args.nproc != 1 and where.launched:
         raise ValueError("--nproc cannot be used inside torchrun (it starts the ranks itself)")
-    # The world size a resumed run was written by, from its checkpoint, read once.
-    saved_ranks = _saved_world_size(args.resume) if args.resume and args.nproc != 1 else None
+    # A resumed run's checkpoint (its world size, what a resume may change), read once.
+    saved = _saved_checkpoint(args.resume) if args.resume and args.nproc != 1 else None
+    saved_ranks = int(saved.get("world_size", 1)) if saved is not None else None
     if args.nproc == "auto":
         args.nproc, args.rank_overrides = _auto_ranks(config, saved_ranks)
     if args.nproc != 1:    # the ranks must share one directory: named here, before them
-        return _launch(args, config, run_dir or runs.new_run_dir(config), saved_ranks)
+        return _launch(args, config, run_dir or runs.new_run_dir(config), saved)
     if args.max_restarts:
         raise ValueError("--max-restarts needs --nproc (or torchrun's own --max-restarts)")
     quiet = where.launched and not where.is_main
@@ -211,11 +212,11 @@ def _check_flags(args) -> None:
         raise ValueError(f"--max-restarts must be >= 0, got {args.max_restarts}")
 
 
-def _saved_world_size(run_dir) -> int:
-    """The number of ranks that wrote a run's checkpoint."""
+def _saved_checkpoint(run_dir) -> dict:
+    """A run's checkpoint (its payload: the world size that wrote it, its config)."""
     from ..train import checkpoint
     from ..train.run_dir import checkpoint_path
-    return int(checkpoint.load(checkpoint_path(run_dir)).get("world_size", 1))
+    return checkpoint.load(checkpoint_path(run_dir))
 
 
 def _auto_ranks(config, saved_ranks: int | None) -> tuple[int, list[str]]:
@@ -230,16 +231,23 @@ def _auto_ranks(config, saved_ranks: int | None) -> tuple[int, list[str]]:
     return ranks, [token for key, value in overrides for token in (f"--{key}", str(value))]
 
 
-def _launch(args, config, run_dir, saved_ranks: int | None) -> int:
+def _launch(args, config, run_dir, saved: dict | None) -> int:
     """--nproc N: this command without --nproc/--max-restarts, as N ranks under
-    torch.distributed.run (`saved_ranks`: a resumed run's world size)."""
-    from ..train.distributed import check_world_size, launch
+    torch.distributed.run (`saved`: a resumed run's checkpoint). What every rank would
+    refuse is refused here, once, before N processes start only to fail with N copies
+    of the error amid torchrun's report."""
+    from ..train.checkpoint import check_resume
+    from ..train.distributed import check_world_size, launch, resolve_backend
+    from ..train.ppo import resolve_device
     from ..train.run_dir import check_new
     check_features(config, several_ranks=True)
-    check_new(run_dir, bool(args.resume), args.overwrite)   # before N ranks fail alike
-    if saved_ranks is not None:
-        # Refused here, before N processes start only to fail with N copies of the error.
-        check_world_size({"world_size": saved_ranks}, args.nproc)
+    check_new(run_dir, bool(args.resume), args.overwrite)
+    # the device and the collectives' backend (every rank on this machine)
+    resolve_backend(config.train.dist_backend, resolve_device(config.train.device),
+                    one_machine=True)
+    if saved is not None:
+        check_world_size(saved, args.nproc)
+        check_resume(saved, config)
     argv, rest, i = args.argv, [], 0
     while i < len(argv):
         if argv[i] in ("--nproc", "--max-restarts"):

@@ -238,6 +238,17 @@ def parallel_env(name: str, render_mode: str | None = None, **config: Any):
     return NativeParallelEnv(cls, render_mode=render_mode, renderer=renderer(name), **config)
 
 
+def _unbuilt_hint(error: BaseException) -> str:
+    """For an env's compiled module that is not there (a source checkout not built,
+    whose import fails as "cannot import name '_cartpole' from partially initialized
+    module"): how to build it."""
+    missing = getattr(error, "name", None) if isinstance(error, ModuleNotFoundError) else None
+    if "cannot import name '_" in str(error) or (missing or "").rpartition(".")[2].startswith("_"):
+        return (" (its C extension is not built: `pip install -e .` in the source checkout, "
+                "or `python setup.py build_ext --inplace`)")
+    return ""
+
+
 def env_class(name: str) -> type[NativeEnv]:
     if name in _LOADED:
         return _LOADED[name]
@@ -248,7 +259,7 @@ def env_class(name: str) -> type[NativeEnv]:
         cls = getattr(importlib.import_module(module_name), class_name)
     except (ImportError, AttributeError) as error:
         raise ValueError(f"env {name!r} ({ENVS.entry(name).source}) could not be imported "
-                         f"from {ENVS[name]}: {error}") from None
+                         f"from {ENVS[name]}: {error}{_unbuilt_hint(error)}") from None
     if getattr(cls, "name", name) != name:
         raise ValueError(f"env {name!r} ({ENVS.entry(name).source}) points to {ENVS[name]}, "
                          f"whose name is {getattr(cls, 'name', None)!r}")

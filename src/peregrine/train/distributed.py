@@ -473,6 +473,9 @@ def launch(nproc: int, argv, max_restarts: int = 0) -> int:
     args = get_args_parser().parse_args(
         ["--standalone", "--nproc-per-node", str(nproc), "--max-restarts", str(max_restarts),
          "-m", "peregrine", "train", *argv])
+    # torchrun's own default for several ranks, set here so that it does not print a
+    # four-line notice about it on every launch (each rank sets its threads itself)
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
     try:
         run(args)
     except ChildFailedError as error:

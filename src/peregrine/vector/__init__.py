@@ -1,10 +1,14 @@
 """Running many env batches: native threads, Serial, Multiprocessing; emulation; export.
 
     import numpy as np, peregrine.vector as pv
-    env = pv.make("cartpole", backend="multiprocessing", num_envs=1024, num_workers=2, seed=0)
-    observations, _ = env.reset()
-    observations, rewards, terminals, truncations, _ = env.step(
-        np.zeros(env.num_agents, np.int32))
+
+    if __name__ == "__main__":      # worker processes are spawned: a script needs the guard
+        env = pv.make("cartpole", backend="multiprocessing", num_envs=1024, num_workers=2,
+                      seed=0)
+        observations, _ = env.reset()
+        observations, rewards, terminals, truncations, _ = env.step(
+            np.zeros(env.num_agents, np.int32))
+        env.close()
 
 Every backend returns the interface of a native batch (see
 peregrine/envs/native/batch.py): in-place row buffers, same-step auto-reset with
