@@ -222,3 +222,46 @@ def test_objective_statistics_and_intermediate_values():
     assert intermediate_value(record, "episode_length") == 7.0
     assert intermediate_value(record, "delivered") == 3.5
     assert intermediate_value(record, "missing") is None
+
+
+def test_a_metric_the_env_lacks_is_refused_before_any_trial_trains(tmp_path, capsys):
+    file = tmp_path / "metric.toml"
+    file.write_text(SPACE.format(param='"train.gamma" = { uniform = [0.9, 0.99] }',
+                                 extra='metric = "delivered"'))
+    assert cli_main(["sweep", str(file), "--dir", str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "metric 'delivered' is not an evaluation statistic of " \
+        "cartpole; its statistics: ['episode_length', 'episode_return']" in err
+    assert not (tmp_path / "sweep" / "trials").exists()
+
+
+def test_a_directory_holding_another_sweeps_trials_is_refused(tmp_path, capsys):
+    directory = tmp_path / "shared"
+    (directory / "trials" / "0000").mkdir(parents=True)
+    (directory / "sweep-name").write_text("tiny\n")
+    file = tmp_path / "other.toml"
+    file.write_text(SPACE.format(param='"train.gamma" = { uniform = [0.9, 0.99] }', extra=""))
+    assert cli_main(["sweep", str(file), "--dir", str(directory)]) == 2
+    err = capsys.readouterr().err
+    assert "holds the trials of sweep 'tiny', not 'other': give this sweep its own --dir" in err
+    assert not (directory / "study.db").exists()
+    # a directory from before the marker: its study.db names the sweep it belongs to
+    (directory / "sweep-name").unlink()
+    optuna.create_study(storage=f"sqlite:///{directory / 'study.db'}", study_name="tiny")
+    assert cli_main(["sweep", str(file), "--dir", str(directory)]) == 2
+    assert "holds the trials of sweep 'tiny'" in capsys.readouterr().err
+
+
+def test_a_trial_stopped_by_ctrl_c_is_not_reported_with_a_traceback():
+    import logging
+    from peregrine.sweep import not_an_interrupt
+
+    def record(error):
+        try:
+            raise error
+        except BaseException:
+            return logging.LogRecord("optuna", logging.WARNING, __file__, 1, "Trial 4 failed",
+                                     None, sys.exc_info())
+    assert not not_an_interrupt(record(KeyboardInterrupt()))
+    assert not_an_interrupt(record(ValueError("training diverged")))     # still reported
+    assert not_an_interrupt(logging.LogRecord("optuna", logging.INFO, __file__, 1, "x", None, None))

@@ -417,6 +417,48 @@ def intermediate_value(record: dict, metric: str) -> float | None:
     return record.get("env_stats", {}).get(metric)
 
 
+# statistics every env's evaluation has (native and emulated alike)
+ALWAYS_MEASURED = ("episode_return", "episode_length")
+
+
+def check_metric(sweep: Sweep) -> None:
+    """SweepError before any trial trains when the env's evaluation has no statistic
+    `metric`: one episode of a random policy, in the sweep's world, names them."""
+    if sweep.metric in ALWAYS_MEASURED:
+        return
+    from .evaluate import evaluate
+    config = sweep.trial_config({}, sweep.seeds[0])
+    names = evaluate(config.env_name, "random", episodes=1, seed=sweep.eval_seed,
+                     **config.env_kwargs)["mean"]
+    if sweep.metric not in names:
+        raise SweepError(metric_refusal(sweep.metric, config.env_name, names))
+
+
+def metric_refusal(metric: str, env: str, names) -> str:
+    return f"metric {metric!r} is not an evaluation statistic of {env}; its statistics: " \
+           f"{sorted(names)}"
+
+
+def claim_directory(sweep: Sweep) -> None:
+    """SweepError when the sweep's directory holds another sweep's trials (their run
+    folders and trials.csv would be this one's), named in SWEEP_DIR/sweep-name."""
+    directory = Path(sweep.directory)
+    marker = directory / "sweep-name"
+    owner = marker.read_text().strip() if marker.is_file() else None
+    if owner is None and (directory / "trials").is_dir():
+        # a directory from before the marker: the studies its default storage holds
+        import optuna
+        db = directory / "study.db"
+        names = {summary.study_name for summary in optuna.study.get_all_study_summaries(
+            f"sqlite:///{db.resolve()}")} if db.is_file() else set()
+        owner = next(iter(sorted(names - {sweep.name})), None) if names - {sweep.name} else None
+    if owner is not None and owner != sweep.name:
+        raise SweepError(f"{str(directory)!r} holds the trials of sweep {owner!r}, not "
+                         f"{sweep.name!r}: give this sweep its own --dir")
+    directory.mkdir(parents=True, exist_ok=True)
+    marker.write_text(sweep.name + "\n")
+
+
 def trial_dir(sweep: Sweep, number: int) -> Path:
     return Path(sweep.directory) / "trials" / f"{number:04d}"
 
@@ -459,8 +501,7 @@ def run_trial(sweep: Sweep, trial, release=lambda: None) -> float:
         result = evaluate(config.env_name, summary["checkpoint"], episodes=sweep.eval_episodes,
                           seed=sweep.eval_seed)
         if sweep.metric not in result["mean"]:
-            raise MetricError(f"metric {sweep.metric!r} is not an evaluation statistic of "
-                             f"{config.env_name}; its statistics: {sorted(result['mean'])}")
+            raise MetricError(metric_refusal(sweep.metric, config.env_name, result["mean"]))
         values.append(result["mean"][sweep.metric])
         trial.set_user_attr("seed_values", values)
     return objective_value(values, sweep.objective, sweep.direction)
@@ -523,13 +564,26 @@ def worker(sweep: Sweep, index: int = 0) -> None:
         failures += sum(t.state == optuna.trial.TrialState.FAIL for t in mine)
 
 
+def not_an_interrupt(record) -> bool:
+    """A logging filter: False for Optuna's "trial failed" report of a trial that Ctrl-C
+    (or SIGTERM) stopped, which carries the KeyboardInterrupt's traceback; the sweep
+    command says "interrupted" once instead, and a rerun continues."""
+    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+
 def _worker_main(sweep: Sweep, parent: int, index: int) -> None:
     """A worker process: dies with the sweep command, says errors in one line."""
+    import logging
+
+    import optuna
     from .vector.lifetime import die_with_parent
     die_with_parent(parent)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from optuna.exceptions import ExperimentalWarning
     warnings.filterwarnings("ignore", category=ExperimentalWarning)   # heartbeat helpers
+    optuna.logging.get_logger("optuna")          # its handler, made on first use
+    for handler in logging.getLogger("optuna").handlers:
+        handler.addFilter(not_an_interrupt)
     try:
         worker(sweep, index)
     except KeyboardInterrupt:
@@ -665,6 +719,8 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     live = out.isatty() if live is None else live
     if jobs < 1:
         raise SweepError(f"--jobs must be >= 1, got {jobs}")
+    claim_directory(sweep)
+    check_metric(sweep)
     storage = open_storage(sweep.storage)
     study = open_study(sweep, storage)
     failed = fail_orphaned_trials(study, storage)
