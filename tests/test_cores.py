@@ -158,7 +158,9 @@ NPROC = textwrap.dedent("""
     sys.exit(main(["train", "cartpole", "--nproc", "2", "--run-dir", sys.argv[1]]))
 """)
 
-WARNING = re.compile(r"CoresWarning: (\d+) (workers|ranks) on (\d+) available cores?: (.*?\)\.) ")
+# Python's format from the library, the command's own one-line format from the CLI
+WARNING = re.compile(r"(?:CoresWarning|peregrine train: warning): (\d+) (workers|ranks) on "
+                     r"(\d+) available cores?: (.*?\)\.) ")
 
 
 @pytest.mark.skipif(shutil.which("taskset") is None or not hasattr(__import__("os"),
@@ -182,3 +184,6 @@ def test_one_core_affinity_backend_and_nproc_warn_alike(tmp_path):
     assert (count_w, noun_w, cores_w) == ("2", "workers", "1")
     assert (count_r, noun_r, cores_r) == ("2", "ranks", "1")
     assert rest_w.replace("workers", "ranks") == rest_r
+    # the command says it in its own words, on one line; the library in Python's format
+    assert "peregrine train: warning: 2 ranks" in nproc.stderr and "CoresWarning" not in nproc.stderr
+    assert "CoresWarning: 2 workers" in backend.stderr

@@ -61,6 +61,7 @@ def main(argv=None) -> int:
             print(f"peregrine {name}: not available in this version", file=sys.stderr)
             return 2
         raise
+    _plain_warnings(name)
     parser = argparse.ArgumentParser(prog=f"peregrine {name}", description=help_text)
     module.add_arguments(parser)
     # A command with open-ended options (train's --SECTION.KEY VALUE) parses
@@ -83,6 +84,20 @@ def main(argv=None) -> int:
         # unwritable/full run directory, too big a batch, a diverged training
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 1
+
+
+def _plain_warnings(command: str) -> None:
+    """Peregrine's own warnings on the command line as one line each ("peregrine train:
+    warning: ..."), not Python's "file.py:254: CoresWarning:" and a source line; other
+    libraries' keep Python's format; the library used from Python is left alone."""
+    import warnings
+    python_format = warnings.formatwarning
+
+    def formatted(message, category, filename, lineno, line=None):
+        if category.__module__.startswith("peregrine."):
+            return f"peregrine {command}: warning: {message}\n"
+        return python_format(message, category, filename, lineno, line)
+    warnings.formatwarning = formatted
 
 
 def _missing_extra(command: str, error: ModuleNotFoundError) -> bool:
