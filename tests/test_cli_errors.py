@@ -488,8 +488,8 @@ def test_what_a_newcomer_mistypes_is_one_line(tmp_path, capsys, monkeypatch):
 
 def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "my folder")
-    assert train_cli._eval_prefix("my_envs:corridor") == "PYTHONPATH='my folder' "
-    assert train_cli._eval_prefix("cartpole") == ""
-    assert train_cli._eval_prefix("gym:CartPole-v1") == ""
+    assert train_cli._path_prefix("my_envs:corridor") == "PYTHONPATH='my folder' "
+    assert train_cli._path_prefix("cartpole") == ""
+    assert train_cli._path_prefix("gym:CartPole-v1") == ""
     monkeypatch.delenv("PYTHONPATH")
-    assert train_cli._eval_prefix("my_envs:corridor") == ""
+    assert train_cli._path_prefix("my_envs:corridor") == ""

@@ -451,7 +451,8 @@ def claim_directory(sweep: Sweep) -> None:
         db = directory / "study.db"
         names = {summary.study_name for summary in optuna.study.get_all_study_summaries(
             f"sqlite:///{db.resolve()}")} if db.is_file() else set()
-        owner = next(iter(sorted(names - {sweep.name})), None) if names - {sweep.name} else None
+        others = sorted(names - {sweep.name})
+        owner = others[0] if others else None
     if owner is not None and owner != sweep.name:
         raise SweepError(f"{str(directory)!r} holds the trials of sweep {owner!r}, not "
                          f"{sweep.name!r}: give this sweep its own --dir")
@@ -573,12 +574,12 @@ def not_an_interrupt(record) -> bool:
 
 def _worker_main(sweep: Sweep, parent: int, index: int) -> None:
     """A worker process: dies with the sweep command, says errors in one line."""
-    import logging
-
-    import optuna
     from .vector.lifetime import die_with_parent
     die_with_parent(parent)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    import logging
+
+    import optuna
     from optuna.exceptions import ExperimentalWarning
     warnings.filterwarnings("ignore", category=ExperimentalWarning)   # heartbeat helpers
     optuna.logging.get_logger("optuna")          # its handler, made on first use

@@ -182,15 +182,15 @@ def run(args) -> int:
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
     print(f"checkpoint: {summary['checkpoint']}", flush=True)
-    print(f"evaluate:   {_eval_prefix(config.env_name)}peregrine eval {config.env_name} "
+    print(f"evaluate:   {_path_prefix(config.env_name)}peregrine eval {config.env_name} "
           f"--policy {summary['checkpoint']}", flush=True)
     if summary["status"] == "interrupted":
-        print(f"resume:     {_eval_prefix(config.env_name)}peregrine train --resume "
+        print(f"resume:     {_path_prefix(config.env_name)}peregrine train --resume "
               f"{summary['run_dir']}", flush=True)
     return runs.exit_code(summary)
 
 
-def _eval_prefix(env_name: str) -> str:
+def _path_prefix(env_name: str) -> str:
     """The PYTHONPATH this run's factory module was found through, so that the printed
     eval and resume commands import it too (`PYTHONPATH=. peregrine train my_envs:corridor`)."""
     from ..vector.sources import kind_of
