@@ -482,8 +482,11 @@ def test_what_a_newcomer_mistypes_is_one_line(tmp_path, capsys, monkeypatch):
     assert "does not take render_mode, which render makes it with" in refused(
         "render", "any_env_toys:chain_env", "--out", str(tmp_path / "x.gif"))
     monkeypatch.chdir(tmp_path)
+    import warnings
+    python_format = warnings.formatwarning
     assert cli_main(["new-env", "walker_two"]) == 0
     assert f"pip install --no-build-isolation .{os.sep}walker_two\n" in capsys.readouterr().out
+    assert warnings.formatwarning is python_format      # the command's format was its own
 
 
 def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkeypatch):

@@ -8,6 +8,7 @@ COMMANDS; `peregrine --help` stays fast because nothing heavy is imported.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -61,7 +62,6 @@ def main(argv=None) -> int:
             print(f"peregrine {name}: not available in this version", file=sys.stderr)
             return 2
         raise
-    _plain_warnings(name)
     parser = argparse.ArgumentParser(prog=f"peregrine {name}", description=help_text)
     module.add_arguments(parser)
     # A command with open-ended options (train's --SECTION.KEY VALUE) parses
@@ -69,7 +69,8 @@ def main(argv=None) -> int:
     custom_parse = getattr(module, "parse_arguments", None)
     args = custom_parse(parser, argv[1:]) if custom_parse else parser.parse_args(argv[1:])
     try:
-        return int(module.run(args) or 0)
+        with _plain_warnings(name):
+            return int(module.run(args) or 0)
     except ModuleNotFoundError as error:   # commands import their heavy modules late
         if _missing_extra(name, error):
             return 2
@@ -86,10 +87,11 @@ def main(argv=None) -> int:
         return 1
 
 
-def _plain_warnings(command: str) -> None:
-    """Peregrine's own warnings on the command line as one line each ("peregrine train:
+@contextlib.contextmanager
+def _plain_warnings(command: str):
+    """While a command runs, Peregrine's own warnings as one line each ("peregrine train:
     warning: ..."), not Python's "file.py:254: CoresWarning:" and a source line; other
-    libraries' keep Python's format; the library used from Python is left alone."""
+    libraries' keep Python's format, and so does the library used from Python."""
     import warnings
     python_format = warnings.formatwarning
 
@@ -98,6 +100,10 @@ def _plain_warnings(command: str) -> None:
             return f"peregrine {command}: warning: {message}\n"
         return python_format(message, category, filename, lineno, line)
     warnings.formatwarning = formatted
+    try:
+        yield
+    finally:
+        warnings.formatwarning = python_format
 
 
 def _missing_extra(command: str, error: ModuleNotFoundError) -> bool:
