@@ -12,6 +12,7 @@ otherwise.
 """
 import os
 import runpy
+import sys
 from pathlib import Path
 
 from setuptools import setup
@@ -34,6 +35,10 @@ sdk = runpy.run_path(str(ENVS_DIR / "sdk.py"))
 BUILT_IN = sorted(folder.name for folder in ENVS_DIR.iterdir()
                   if (folder / f"{folder.name}.h").is_file())
 selected = [n for n in os.environ.get("PEREGRINE_ENVS", "").split(",") if n] or BUILT_IN
+unknown = sorted(set(selected) - set(BUILT_IN))
+if unknown:
+    sys.exit(f"PEREGRINE_ENVS names {unknown}, which are not built-in envs; they are: "
+             f"{','.join(BUILT_IN)}")
 setup(cmdclass={"build_ext": ParallelBuildExt},
       ext_modules=[sdk["extension"](name, ENVS_DIR / name / f"{name}.h",
                                     module=f"peregrine.envs.{name}._{name}")

@@ -1,5 +1,6 @@
 """The command line: envs, bench, errors; and a light core import."""
 import json
+import re
 import subprocess
 import sys
 
@@ -19,8 +20,12 @@ def test_envs_lists_every_registered_env_with_spaces():
     assert set(rows) == set(peregrine.list_envs())
     assert rows["cartpole"]["action_space"].startswith("Discrete(2")
     assert rows["cartpole"]["agents_per_env"] == 1
+    assert rows["cartpole"]["bounds"]["max_steps"][2] is True        # an integer field
     text = run("envs", "cartpole")
-    assert "max_steps = 500" in text.stdout
+    # each field with its default, its type and the bounds the env checks
+    low, high, _ = rows["cartpole"]["bounds"]["max_steps"]
+    shown = re.escape(f"int in [{low:g}, {high:g}]")
+    assert re.search(rf"max_steps += 500 +{shown}", text.stdout), text.stdout
 
 
 def test_bench_reports_env_and_agent_steps_per_second():

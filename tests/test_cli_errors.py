@@ -487,6 +487,8 @@ def test_what_a_newcomer_mistypes_is_one_line(tmp_path, capsys, monkeypatch):
     assert cli_main(["new-env", "walker_two"]) == 0
     assert f"pip install --no-build-isolation .{os.sep}walker_two\n" in capsys.readouterr().out
     assert warnings.formatwarning is python_format      # the command's format was its own
+    assert "'class' is a Python keyword" in refused("new-env", "class")
+    assert not (tmp_path / "class").exists()
 
 
 def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkeypatch):
@@ -496,3 +498,20 @@ def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkey
     assert train_cli._path_prefix("gym:CartPole-v1") == ""
     monkeypatch.delenv("PYTHONPATH")
     assert train_cli._path_prefix("my_envs:corridor") == ""
+
+
+def test_render_size_scales_every_envs_frames_and_is_checked(tmp_path, capsys):
+    """--size is the frame's longer side for every env (CartPole draws 600 x 400 and is
+    scaled); out of [32, 2048] it is refused, not ignored."""
+    from PIL import Image
+    out = tmp_path / "cartpole.gif"
+    assert cli_main(["render", "cartpole", "--out", str(out), "--steps", "4", "--size", "150"]) == 0
+    with Image.open(out) as gif:
+        assert gif.size == (150, 100)
+    assert cli_main(["render", "cartpole", "--out", str(out), "--steps", "4"]) == 0
+    with Image.open(out) as gif:
+        assert gif.size == (600, 400)                 # the env's own size by default
+    for bad in ("0", "-1", "100000", "big"):
+        with pytest.raises(SystemExit):
+            cli_main(["render", "cartpole", "--out", str(out), "--size", bad])
+        assert f"--size: must be an int in [32, 2048], got '{bad}'" in capsys.readouterr().err

@@ -22,6 +22,9 @@ def describe(name: str) -> dict:
             "episode_stats": list(env.stat_names),
             "presets": sorted(env.presets),
             "config": {n: d for n, d, *_ in env.config_fields()},
+            # each field's [low, high] and whether it is an integer, as the env checks them
+            "bounds": {n: [low, high, bool(integer)]
+                       for n, _, low, high, integer in env.config_fields()},
         }
     finally:
         env.close()
@@ -87,6 +90,9 @@ def run(args) -> int:
         print(f"  episode stats  : {', '.join(row['episode_stats'])}")
         if args.name:
             print(f"  presets        : {', '.join(row['presets'])}")
+            width = max(map(len, row["config"]), default=0)
             for field, default in row["config"].items():
-                print(f"    {field} = {default:g}")
+                low, high, integer = row["bounds"][field]
+                print(f"    {field:<{width}} = {default:<8g} {'int' if integer else 'float'} "
+                      f"in [{low:g}, {high:g}]")
     return 0

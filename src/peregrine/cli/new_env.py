@@ -17,6 +17,7 @@ pursuer). Then `pip install --no-build-isolation ./NAME` and `peregrine train NA
 """
 from __future__ import annotations
 
+import keyword
 import os
 from pathlib import Path
 
@@ -50,6 +51,9 @@ def write(name: str, directory, multi_agent: bool = False) -> Path:
     from ..envs.registry import ENVS
     from ..envs.sdk import check_name
     check_name(name)
+    if keyword.iskeyword(name):
+        raise ValueError(f"{name!r} is a Python keyword: the env is a Python package of that "
+                         f"name, which `import {name}` could not load; choose another name")
     if name in ENVS:
         raise ValueError(f"{name!r} is already an env ({ENVS.entry(name).source}); choose "
                          f"another name")

@@ -10,9 +10,20 @@ frames of `rgb_frame(env, instance, size)`. An emulated env draws itself
 """
 from __future__ import annotations
 
+import argparse
 import importlib
 
 from .eval import add_world_arguments, world_overrides
+
+
+def _size(text: str) -> int:
+    try:
+        size = int(text)
+    except ValueError:
+        size = None
+    if size is None or not 32 <= size <= 2048:
+        raise argparse.ArgumentTypeError(f"must be an int in [32, 2048], got {text!r}")
+    return size
 
 
 def add_arguments(parser):
@@ -28,7 +39,9 @@ def add_arguments(parser):
     parser.add_argument("--steps", type=int, default=None,
                         help="stop after this many steps (default: the end of the episode)")
     parser.add_argument("--every", type=int, default=2, help="keep every k-th step as a frame")
-    parser.add_argument("--size", type=int, default=200, help="frame side in pixels")
+    parser.add_argument("--size", type=_size, default=None,
+                        help="the frame's longer side in pixels, 32-2048 (default: the "
+                             "env's own drawing size)")
     parser.add_argument("--frame-ms", type=int, default=80, help="milliseconds per frame")
     add_world_arguments(parser)
 
@@ -71,9 +84,9 @@ def run(args) -> int:
         # Whatever the renderer module does with the path (a plugin's too), the
         # output reaches --out by a rename: Ctrl-C never leaves it half-written.
         with written_atomically(args.out) as temporary:
-            result = renderer.render_episode(env, policy, temporary, max_steps=args.steps,
-                                             every=args.every, size=args.size,
-                                             frame_ms=args.frame_ms)
+            result = renderer.render_episode(
+                env, policy, temporary, max_steps=args.steps, every=args.every,
+                frame_ms=args.frame_ms, **({} if args.size is None else {"size": args.size}))
     finally:
         env.close()
     print(f"wrote {args.out}: {result['frames']} frames, {result['steps']} steps, "

@@ -42,12 +42,22 @@ def render_fps(module_name: str) -> int:
 
 
 def frame(module_name: str, env, instance: int = 0, size: int | None = None) -> np.ndarray:
-    """The instance's frame, RGB uint8 [H, W, 3]; `size` goes to an rgb_frame that
-    takes one (the others draw at their env's own size)."""
+    """The instance's frame, RGB uint8 [H, W, 3]; `size` (the longer side) goes to an
+    rgb_frame that takes one, and scales the frame of one that draws at its env's own
+    size."""
     draw = importlib.import_module(module_name).rgb_frame
-    if size is not None and "size" in inspect.signature(draw).parameters:
+    if size is None:
+        return np.asarray(draw(env, instance))
+    if "size" in inspect.signature(draw).parameters:
         return np.asarray(draw(env, instance, size=size))
-    return np.asarray(draw(env, instance))
+    drawn = np.asarray(draw(env, instance))
+    height, width = drawn.shape[:2]
+    if max(height, width) == size:
+        return drawn
+    from PIL import Image       # render's own dependency (it writes the GIF with it)
+    scale = size / max(height, width)
+    shape = (max(1, round(width * scale)), max(1, round(height * scale)))
+    return np.asarray(Image.fromarray(drawn).resize(shape, Image.BILINEAR))
 
 
 def agent_frames(module_name: str, env, instance: int, first: np.ndarray) -> list:
