@@ -114,8 +114,11 @@ WHEELS_DIR = ".gpu-wheels"
 GPU_TEST_FILES = ("tests/test_gpu_parity.py", "tests/test_gpu_build.py",
                   "tests/test_device_envs.py")
 TINY_TEST_FILES = ("tests/test_gpu_parity.py",)
+# (.coverage*, .hypothesis: what a test run writes and removes in the tree while the
+# copy reads it, when the suite's dry run copies the tree beside other tests)
 COPY_IGNORE = (".git", ".venv", "build", "*.so", "__pycache__", ".pytest_cache", "*.egg-info",
-               "runs", "artifacts", ".benchmarks", WHEELS_DIR, ".whl", ".gl")
+               "runs", "artifacts", ".benchmarks", WHEELS_DIR, ".whl", ".gl", ".coverage*",
+               ".hypothesis")
 OUT_FILES = ("acceptance.json", "acceptance.md", "acceptance.log", "a_tests.log",
              "b_env_throughput.json", "c_training.json", "d_gpu_samples.csv",
              "g_learning.json")

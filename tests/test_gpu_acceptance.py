@@ -461,3 +461,14 @@ def test_the_solve_candidates_put_the_shipped_config_first_and_compile_last():
     # the dry run: the shipped config on one seed
     assert [plan["candidate"] for plan in gpu_acceptance.training_plan("cpu", tiny=True)
             if plan["kind"] == "solve"] == ["gpu"]
+
+
+def test_the_tree_copy_leaves_out_what_a_test_run_writes_beside_it():
+    """The dry run copies the tree while other tests' subprocesses write coverage data
+    files into it and remove them: a file that vanished mid-copy failed the setup."""
+    import shutil
+    ignore = shutil.ignore_patterns(*gpu_acceptance.COPY_IGNORE)
+    names = [".coverage.vm.pid13256.Xjlm83fx", ".coverage", ".hypothesis", "src", "tests",
+             "benchmarks", "pyproject.toml"]
+    assert ignore(str(ROOT), names) == {".coverage.vm.pid13256.Xjlm83fx", ".coverage",
+                                        ".hypothesis"}
