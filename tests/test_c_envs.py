@@ -259,3 +259,11 @@ def test_an_env_whose_extension_is_not_built_says_how_to_build_it():
     assert "pip install -e ." in _unbuilt_hint(gone)
     assert _unbuilt_hint(ModuleNotFoundError("No module named 'numpy'", name="numpy")) == ""
     assert _unbuilt_hint(AttributeError("module has no attribute 'CartPole'")) == ""
+
+
+def test_a_header_that_is_not_utf8_text_is_a_build_error(cache, tmp_path):
+    from peregrine.envs import NativeBuildError, load
+    header = tmp_path / "binary_env.h"
+    header.write_bytes(bytes(range(256)) * 8)
+    with pytest.raises(NativeBuildError, match="binary_env.h:1"):
+        load(header)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import math
 
+import re
+
 import pytest
 
 from peregrine.train.config import Config, dump_toml, load_config, read_toml, set_key
@@ -203,3 +205,23 @@ def test_a_quoted_number_gets_the_fix_and_a_word_does_not(tmp_path):
     with pytest.raises(ValueError) as caught:
         load_config("cartpole", overrides=[("vec.num_envs", "abc")])
     assert str(caught.value).endswith("vec.num_envs must be an integer, got 'abc'")
+
+
+def test_a_config_changed_after_load_config_is_checked_again_by_the_trainer():
+    """Trainer re-runs load_config's checks: a gamma of 1.5 or no epochs set on the
+    object afterwards used to train silently."""
+    from peregrine.train.ppo import Trainer
+    for key, value, message in (("gamma", 1.5, "train.gamma must be in [0, 1], got 1.5"),
+                                ("update_epochs", 0, "train.update_epochs must be >= 1"),
+                                ("horizon", "16", "train.horizon must be an integer, got '16'")):
+        config = load_config("cartpole", overrides=[("vec.num_envs", 4)])
+        setattr(config.train, key, value)
+        with pytest.raises(ValueError, match=re.escape(message)):
+            Trainer(config)
+
+
+@pytest.mark.parametrize("overrides", [{"train.horizon": 3}, "--train.horizon 3", 3,
+                                       [("train.horizon",)]])
+def test_overrides_of_the_wrong_shape_are_named(overrides):
+    with pytest.raises(TypeError, match="override"):
+        load_config("cartpole", overrides=overrides)

@@ -279,3 +279,15 @@ def test_an_evaluation_probes_a_factory_once_and_builds_each_round_env_once():
                       length=3)
     assert result["episodes"] == 6
     assert any_env_toys.COUNTED_CHAINS == [3] * 7
+
+
+def test_a_policy_returning_floats_for_a_discrete_env_or_nothing_is_refused():
+    """0.9 cast to CartPole's int action would be 0: refused, as the Gymnasium export
+    refuses it, instead of evaluating another policy silently."""
+    from peregrine.evaluate import evaluate
+    with pytest.raises(ValueError, match="must be integers, got dtype float64"):
+        evaluate("cartpole", lambda o: (o[:, 2] > 0) * 0.9, episodes=4)
+    with pytest.raises(ValueError, match="the policy returned None"):
+        evaluate("cartpole", lambda o: None, episodes=4)
+    assert evaluate("cartpole", lambda o: (o[:, 2] > 0).astype(np.int64),
+                    episodes=4)["episodes"] == 4

@@ -262,7 +262,7 @@ def _first_emulated_episodes(env, policy, seed: int, instances: int,
         unit.episode_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
-        actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
+        actions = _policy_actions(policy, observations, env)
         observations, _, terminals, truncations, _ = env.step(
             actions.reshape(env.action_space.shape))
         if observe_done is not None:
@@ -280,6 +280,19 @@ def _first_emulated_episodes(env, policy, seed: int, instances: int,
     raise RuntimeError(f"episodes did not end within {max_steps + 1} steps")
 
 
+def _policy_actions(policy, observations, env) -> np.ndarray:
+    """The policy's actions for `observations` as the batch's action array: None (a
+    policy that forgot to return) and float actions of a discrete space are refused."""
+    from .vector.export import check_integer_actions
+    actions = policy(observations)
+    if actions is None:
+        raise ValueError(f"the policy returned None; it must return the batch's actions, "
+                         f"an array of shape {env.action_space.shape}")
+    actions = np.asarray(actions)
+    check_integer_actions(env.single_action_space, actions)
+    return np.ascontiguousarray(actions, dtype=env.action_space.dtype)
+
+
 def _first_episodes(env_name: str, env, policy, seed: int):
     """Steps `env` until every instance finished its first episode.
 
@@ -295,7 +308,7 @@ def _first_episodes(env_name: str, env, policy, seed: int):
     env.instance_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
-        actions = np.ascontiguousarray(policy(observations), dtype=env.action_space.dtype)
+        actions = _policy_actions(policy, observations, env)
         if actions.shape != env.action_space.shape:
             if actions.size != int(np.prod(env.action_space.shape)):
                 raise ValueError(f"the policy returned actions of shape {actions.shape}; "

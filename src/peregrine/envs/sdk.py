@@ -195,7 +195,8 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
     with written_atomically(target) as temporary:      # a concurrent load sees all or nothing
         command = [compiler(), *flags, *(f"-I{path}" for path in includes), str(source),
                    "-o", str(temporary), *link_args(), "-lm"]
-        result = subprocess.run(command, capture_output=True, text=True)
+        # errors="replace": a header that is not UTF-8 text is quoted back by the compiler
+        result = subprocess.run(command, capture_output=True, text=True, errors="replace")
         if result.returncode != 0:
             raise NativeBuildError(_compiler_errors(result.stderr, header) or
                                    f"the C compiler failed on {header}: {result.stderr.strip()}")

@@ -299,9 +299,18 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
             if source is None:
                 raise
             raise ValueError(f"config file {str(source)!r}: {error}") from None
-    if isinstance(overrides, (list, tuple)) and overrides and isinstance(overrides[0], str):
+    if isinstance(overrides, (str, dict)) or not isinstance(overrides, Iterable):
+        raise TypeError(f"overrides must be a list of (\"section.key\", value) pairs or of "
+                        f"command-line tokens, got {type(overrides).__name__} {overrides!r}"
+                        + (" (a dict: list(overrides.items()))" if isinstance(overrides, dict)
+                           else ""))
+    overrides = list(overrides)
+    if overrides and isinstance(overrides[0], str):
         overrides = parse_override_tokens(overrides)
-    for key, value in overrides:
+    for pair in overrides:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise TypeError(f"an override is a (\"section.key\", value) pair, got {pair!r}")
+        key, value = pair
         set_key(config, key, value, text=True)
     if config.env.get("name") != env_name:
         raise ValueError(f"env.name is {config.env.get('name')!r} but the env given is {env_name!r}")
@@ -478,6 +487,16 @@ def resolve_auto(config: Config) -> None:
             # Whole groups for vec.split (an indivisible num_envs is refused by validate).
             groups = v.split if v.split > 1 and v.num_envs % v.split == 0 else 1
             v.num_workers = auto_workers(v.num_envs, multiple=groups)
+
+
+def recheck(config: Config) -> None:
+    """load_config's checks once more, for a Config changed or built after it (the
+    trainer runs this): every key's type and choices (set_key), then validate."""
+    for section in SECTIONS:
+        target = getattr(config, section)
+        for entry in dataclasses.fields(target):
+            set_key(config, f"{section}.{entry.name}", getattr(target, entry.name))
+    validate(config)
 
 
 def validate(config: Config) -> None:

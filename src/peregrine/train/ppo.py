@@ -85,7 +85,7 @@ from . import torch_startup
 from .advantages import compute_gae, fill_advantages
 from .collect import (RolloutParts, RolloutState, SplitCollector, SyncCollector,
                       policy_step)
-from .config import check_features
+from .config import check_features, recheck
 from .critic_states import CriticStates, global_state_width
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
@@ -155,6 +155,7 @@ class Trainer:
     """
 
     def __init__(self, config, env=None, teacher=None, dist=None):
+        recheck(config)     # a config changed (or built) after load_config: its checks again
         t = config.train
         check_features(config, teacher_object=teacher is not None, env_object=env is not None,
                        several_ranks=dist is not None)

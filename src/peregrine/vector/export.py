@@ -41,6 +41,13 @@ if TYPE_CHECKING:   # stable-baselines3 is optional
 AUTORESET_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
 
 
+def check_integer_actions(space, actions: np.ndarray) -> None:
+    """ValueError for actions of a discrete space (one agent's `space`) that are not
+    integers: casting 0.9 to the action dtype would take action 0, silently."""
+    if not isinstance(space, spaces.Box) and actions.dtype.kind not in "iub":
+        raise ValueError(f"actions of {space} must be integers, got dtype {actions.dtype}")
+
+
 def _as_actions(env, actions):
     """The batch's action array from whatever a Gymnasium/SB3 caller passes."""
     space = env.single_action_space
@@ -49,8 +56,7 @@ def _as_actions(env, actions):
     if actions.size != int(np.prod(shape)):
         raise ValueError(f"actions must hold {int(np.prod(shape))} values (shape {shape}), "
                          f"got shape {actions.shape}")
-    if not isinstance(space, spaces.Box) and actions.dtype.kind not in "iub":
-        raise ValueError(f"actions of {space} must be integers, got dtype {actions.dtype}")
+    check_integer_actions(space, actions)
     return np.ascontiguousarray(actions.reshape(shape), dtype=space.dtype)
 
 
