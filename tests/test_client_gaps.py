@@ -178,3 +178,21 @@ def test_render_fps_computed_in_the_module_is_read_by_importing_it(tmp_path, mon
     sys.modules.pop("computed_fps_renderer")   # imported to compute it; not left behind
     assert _render_fps("literal_fps_renderer") == 24
     assert "literal_fps_renderer" not in sys.modules   # read, not run
+
+
+def test_sb3_vec_env_of_something_else_and_a_huge_state_index_are_named():
+    import peregrine
+    from peregrine.vector import sb3_vec_env
+    pytest.importorskip("stable_baselines3")
+    for wrong in (3, "cartpole"):
+        with pytest.raises(TypeError, match="sb3_vec_env takes a Peregrine env"):
+            sb3_vec_env(wrong)
+    env = peregrine.make("cartpole", num_envs=4)
+    try:
+        for index in (2 ** 40, -2 ** 40, 4):
+            with pytest.raises(IndexError, match=rf"instance {index} out of range \[0, 4\)"):
+                env.get_state(index)
+        with pytest.raises(IndexError, match="out of range"):
+            env.set_state(2 ** 40, env.get_state(0))
+    finally:
+        env.close()

@@ -589,6 +589,10 @@ def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
     "render_fps" (SB3's VecVideoRecorder writes its videos at that rate)."""
     from stable_baselines3.common.vec_env import VecEnv
 
+    if not all(hasattr(env, name) for name in ("num_agents", "single_observation_space",
+                                               "single_action_space", "step", "reset")):
+        raise TypeError(f"sb3_vec_env takes a Peregrine env (peregrine.make or "
+                        f"peregrine.vector.make), got {type(env).__name__} {env!r}")
     renderer = _renderer(env, render_mode)
 
     class SB3VecEnv(VecEnv):

@@ -511,11 +511,20 @@ class NativeEnv:
 
     # ---- exact state, for tests and debugging ---------------------------------
     def get_state(self, instance: int) -> np.ndarray:
-        return np.asarray(self._batch.get_state(instance), dtype=np.float64)
+        return np.asarray(self._batch.get_state(self._instance_index(instance)),
+                          dtype=np.float64)
 
     def set_state(self, instance: int, state: np.ndarray) -> None:
         """Overwrites one instance's state; its observation rows are rewritten."""
-        self._batch.set_state(instance, [float(v) for v in np.asarray(state).ravel()])
+        self._batch.set_state(self._instance_index(instance),
+                              [float(v) for v in np.asarray(state).ravel()])
+
+    def _instance_index(self, instance):
+        """`instance` as the binding takes it: an index too large for a C int is out of
+        range like any other (the binding checks the rest, with the same words)."""
+        if isinstance(instance, (int, np.integer)) and not -2 ** 31 <= instance < 2 ** 31:
+            raise IndexError(f"instance {instance} out of range [0, {self.num_envs})")
+        return instance
 
     # ---- copies and pickles ------------------------------------------------------
     def __reduce__(self):
