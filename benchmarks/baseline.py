@@ -293,7 +293,8 @@ def run_session(source: Path, output: Path, select: str | None, tiny: bool,
     # pytest-benchmark is the one plugin a session loads: the others installed (hypothesis,
     # xdist, cov...) cost seconds of start-up a session and measure nothing here
     command = [sys.executable, "-m", "pytest", str(BENCH_DIR), "-q", "-p", "no:cacheprovider",
-               "-p", "pytest_benchmark.plugin", "--benchmark-only", f"--benchmark-json={output}", f"--benchmark-max-time={max_time}",
+               "-p", "pytest_benchmark.plugin", "--benchmark-only",
+               f"--benchmark-json={output}", f"--benchmark-max-time={max_time}",
                "--benchmark-min-rounds=5", "--benchmark-disable-gc", "-W", "ignore"]
     if select:
         command += ["-k", f"({select}) or {REFERENCE}"]

@@ -40,6 +40,7 @@ from .envs.native import protocols
 from .envs.scripted import reset_policy, scripted_policy_names  # noqa: F401 (scripted_policy_names re-exported)
 from .policies import make_policy
 from .train.world import world_of
+from .vector.export import check_integer_actions
 
 ROUND_SEED_STRIDE = 1_000_003
 DEFAULT_MAX_EPISODE_STEPS = 100_000
@@ -283,7 +284,6 @@ def _first_emulated_episodes(env, policy, seed: int, instances: int,
 def _policy_actions(policy, observations, env) -> np.ndarray:
     """The policy's actions for `observations` as the batch's action array: None (a
     policy that forgot to return) and float actions of a discrete space are refused."""
-    from .vector.export import check_integer_actions
     actions = policy(observations)
     if actions is None:
         raise ValueError(f"the policy returned None; it must return the batch's actions, "

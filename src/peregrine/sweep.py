@@ -417,14 +417,11 @@ def intermediate_value(record: dict, metric: str) -> float | None:
     return record.get("env_stats", {}).get(metric)
 
 
-# statistics every env's evaluation has (native and emulated alike)
-ALWAYS_MEASURED = ("episode_return", "episode_length")
-
-
 def check_metric(sweep: Sweep) -> None:
     """SweepError before any trial trains when the env's evaluation has no statistic
     `metric`: one episode of a random policy, in the sweep's world, names them."""
-    if sweep.metric in ALWAYS_MEASURED:
+    from .envs.native.protocols import DEFAULT_STATS     # every env's evaluation has these
+    if sweep.metric in DEFAULT_STATS:
         return
     from .evaluate import evaluate
     config = sweep.trial_config({}, sweep.seeds[0])

@@ -14,6 +14,7 @@ from ..envs.registry import env_class, list_envs
 def describe(name: str) -> dict:
     env = env_class(name)(num_envs=1, seed=0)
     try:
+        fields = env.config_fields()
         return {
             "name": name,
             "agents_per_env": env.agents_per_env,
@@ -21,10 +22,9 @@ def describe(name: str) -> dict:
             "action_space": repr(env.single_action_space),
             "episode_stats": list(env.stat_names),
             "presets": sorted(env.presets),
-            "config": {n: d for n, d, *_ in env.config_fields()},
+            "config": {n: d for n, d, *_ in fields},
             # each field's [low, high] and whether it is an integer, as the env checks them
-            "bounds": {n: [low, high, bool(integer)]
-                       for n, _, low, high, integer in env.config_fields()},
+            "bounds": {n: [low, high, bool(integer)] for n, _, low, high, integer in fields},
         }
     finally:
         env.close()
