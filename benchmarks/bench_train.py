@@ -131,6 +131,10 @@ def make_trainer(config):
     return Trainer(config)
 
 
+class BudgetError(ValueError):
+    """A step budget too small to measure: one line, not a traceback."""
+
+
 def solve_run(seed: int, cap: int, overrides=()) -> dict:
     config = load_config("cartpole", overrides=[("train.seed", seed), ("train.total_steps", cap),
                                                 *overrides])
@@ -155,6 +159,10 @@ def throughput_run(steps: int, overrides=(), env_name="cartpole", base=THROUGHPU
     trainer = make_trainer(config)
     try:
         trainer.update()  # warm-up update, not counted
+        if trainer.done:
+            raise BudgetError(f"{env_name}: {steps:,} steps end within the warm-up update "
+                             f"({trainer.global_step:,} steps), which is not timed: give at "
+                             f"least twice that")
         start_steps, start_time, start_cpu = trainer.global_step, trainer.elapsed, trainer.cpu_seconds
         split = {}
         while not trainer.done:
@@ -184,6 +192,8 @@ def pinned_throughput(cores: str, env_name: str, steps: int, overrides=()) -> di
     spec = json.dumps({"env": env_name, "steps": steps, "overrides": list(overrides)})
     result = subprocess.run(["taskset", "-c", cores, sys.executable, os.path.abspath(__file__),
                              "--pinned-child", spec], capture_output=True, text=True, check=False)
+    if result.returncode == 2:     # the child's one-line refusal (pinned_child)
+        raise BudgetError(result.stderr.strip().removeprefix("bench_train: error: "))
     if result.returncode != 0:
         raise RuntimeError(f"pinned run {cores} {spec} failed:\n{result.stderr}")
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -692,9 +702,17 @@ def main(argv=None) -> int:
     parser.add_argument("--skip-sb3", action="store_true")
     parser.add_argument("--json", help="write all results to this file")
     args = parser.parse_args(argv)
-    if args.pinned_child:
-        pinned_child(args.pinned_child)
-        return 0
+    try:
+        if args.pinned_child:
+            pinned_child(args.pinned_child)
+            return 0
+        return measure(args)
+    except BudgetError as error:
+        print(f"bench_train: error: {error}", file=sys.stderr)
+        return 2
+
+
+def measure(args) -> int:
     parts = set(args.only or ["solve", "throughput", "gae", "sb3"])
     if args.skip_sb3:
         parts.discard("sb3")

@@ -108,6 +108,20 @@ def test_a_syntax_error_comes_back_as_file_and_line(cache, cartpole_copy):
     assert "error" in message and "Traceback" not in message
 
 
+@pytest.mark.parametrize("change, missing", [
+    (lambda text: text.replace("env_step", "env_advance"), "env_step"),
+    (lambda text: "", "ENV_CONFIG, ENV_STATS, Env"),
+])
+def test_a_header_missing_part_of_the_contract_says_which(cache, cartpole_copy, change, missing):
+    """A header without env_step used to build and then fail at import ("undefined
+    symbol: env_step"); an empty one gave only the binding's own errors."""
+    cartpole_copy.write_text(change(cartpole_copy.read_text()))
+    with pytest.raises(sdk.NativeBuildError) as caught:
+        registry.load(cartpole_copy, name="my_cartpole")
+    assert str(caught.value).startswith(f"{cartpole_copy} does not define {missing}")
+    assert "see pg_env.h" in str(caught.value)
+
+
 def test_no_c_compiler_is_one_line(cache, cartpole_copy, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")

@@ -220,6 +220,17 @@ def test_a_config_changed_after_load_config_is_checked_again_by_the_trainer():
             Trainer(config)
 
 
+def test_a_path_object_is_a_string_key_s_value(tmp_path):
+    """config.train.run_dir = Path(...) is what a Python user writes; the trainer's
+    check of the config used to refuse it as "must be a string"."""
+    from pathlib import Path
+    config = load_config("cartpole", overrides=[("train.run_dir", tmp_path / "a")])
+    assert config.train.run_dir == str(tmp_path / "a")
+    config.train.run_dir = Path(tmp_path / "b")
+    set_key(config, "train.run_dir", config.train.run_dir)
+    assert config.train.run_dir == str(tmp_path / "b")
+
+
 @pytest.mark.parametrize("overrides", [{"train.horizon": 3}, "--train.horizon 3", 3,
                                        [("train.horizon",)]])
 def test_overrides_of_the_wrong_shape_are_named(overrides):

@@ -109,8 +109,7 @@ enqueue = [{ "train.learning_rate" = 5e-3 }, { "train.learning_rate" = 0.0 }]
     assert len(study.get_trials()) == 3
 
 
-def test_sweep_killed_mid_trial_resumes_without_losing_or_repeating(tmp_path):
-    file = write_sweep(tmp_path, """
+KILLABLE = """
 [sweep]
 env = "cartpole"
 trials = 3
@@ -121,7 +120,14 @@ sampler = { name = "random", seed = 5 }
 
 [sweep.params]
 "train.learning_rate" = { log_uniform = [1e-3, 1e-2] }
-""", steps=8192)
+"""
+
+
+def stop_in_the_second_trial(tmp_path, signal_number):
+    """Starts a sweep of 3 trials in a session of its own and sends `signal_number` to
+    that whole process group (as a terminal's Ctrl-C does) once trial 0 is done and
+    trial 1 trains. Returns (command, env, folder, the rows before, its output)."""
+    file = write_sweep(tmp_path, KILLABLE, steps=8192)
     folder = tmp_path / "sweep"
     command = [sys.executable, "-m", "peregrine.cli", "sweep", str(file), "--dir", str(folder)]
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -143,9 +149,26 @@ sampler = { name = "random", seed = 5 }
         if not poll_until(second_trial_training, 120):
             pytest.fail(f"no second trial running in time: {before}")
     finally:
-        os.killpg(process.pid, signal.SIGKILL)     # the sweep and its worker, at once
-        process.wait()
-        process.stdout.close()
+        os.killpg(process.pid, signal_number)
+        output = process.communicate(timeout=120)[0].decode()
+    return command, env, folder, before, (process.returncode, output)
+
+
+def test_sweep_stopped_by_ctrl_c_says_so_and_counts_the_trial_as_interrupted(tmp_path):
+    """Ctrl-C: exit 130, the stopped trial FAIL but "interrupted" (not "failed"), one
+    line saying how to continue, none of Optuna's reports of the stopped trial."""
+    _, _, folder, _, (code, output) = stop_in_the_second_trial(tmp_path, signal.SIGINT)
+    assert code == 130, output
+    assert "1/3 trials done (0 pruned, 0 failed, 1 interrupted)" in output
+    assert "peregrine sweep: interrupted with 1 of 3 trials: the same command continues" \
+        in output
+    assert "failed with" not in output and "Traceback" not in output, output
+    assert study_rows(folder / "study.db")[1][0] == "FAIL"
+
+
+def test_sweep_killed_mid_trial_resumes_without_losing_or_repeating(tmp_path):
+    command, env, folder, before, _ = stop_in_the_second_trial(tmp_path, signal.SIGKILL)
+    db = folder / "study.db"
     first = folder / "trials/0000/seed-1/checkpoints/latest.pt"
     first_written = first.stat().st_mtime_ns
     resumed = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True,
@@ -254,14 +277,22 @@ def test_a_directory_holding_another_sweeps_trials_is_refused(tmp_path, capsys):
 
 def test_a_trial_stopped_by_ctrl_c_is_not_reported_with_a_traceback():
     import logging
-    from peregrine.sweep import not_an_interrupt
+    from peregrine.sweep import NotAnInterrupt
 
-    def record(error):
+    def record(error, number=4):
         try:
             raise error
         except BaseException:
-            return logging.LogRecord("optuna", logging.WARNING, __file__, 1, "Trial 4 failed",
-                                     None, sys.exc_info())
-    assert not not_an_interrupt(record(KeyboardInterrupt()))
-    assert not_an_interrupt(record(ValueError("training diverged")))     # still reported
-    assert not_an_interrupt(logging.LogRecord("optuna", logging.INFO, __file__, 1, "x", None, None))
+            return logging.LogRecord("optuna", logging.WARNING, __file__, 1,
+                                     f"Trial {number} failed with parameters: {{}}", None,
+                                     sys.exc_info())
+
+    def value_line(number):
+        return logging.LogRecord("optuna", logging.WARNING, __file__, 1,
+                                 f"Trial {number} failed with value None.", None, None)
+    drop = NotAnInterrupt()
+    assert not drop.filter(record(KeyboardInterrupt()))
+    assert not drop.filter(value_line(4))             # Optuna's second line on the same trial
+    assert drop.filter(record(ValueError("training diverged"), 5))     # still reported
+    assert drop.filter(value_line(5))
+    assert drop.filter(logging.LogRecord("optuna", logging.INFO, __file__, 1, "x", None, None))

@@ -53,6 +53,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import re
 import socket
 import statistics
 import sys
@@ -495,6 +496,7 @@ def run_trial(sweep: Sweep, trial, release=lambda: None) -> float:
             trial.set_user_attr("pruned_at", {"seed": seed, "global_step": pruned[0]})
             raise optuna.TrialPruned(f"seed {seed} at step {pruned[0]}")
         if summary["status"] == "interrupted":
+            trial.set_user_attr("interrupted", True)   # FAIL, but not a failed trial
             raise KeyboardInterrupt
         result = evaluate(config.env_name, summary["checkpoint"], episodes=sweep.eval_episodes,
                           seed=sweep.eval_seed)
@@ -562,11 +564,22 @@ def worker(sweep: Sweep, index: int = 0) -> None:
         failures += sum(t.state == optuna.trial.TrialState.FAIL for t in mine)
 
 
-def not_an_interrupt(record) -> bool:
-    """A logging filter: False for Optuna's "trial failed" report of a trial that Ctrl-C
-    (or SIGTERM) stopped, which carries the KeyboardInterrupt's traceback; the sweep
+class NotAnInterrupt:
+    """A logging filter for Optuna's handler: drops its two "Trial N failed" reports of a
+    trial that Ctrl-C (or SIGTERM) stopped (the first carries the KeyboardInterrupt's
+    traceback, the second, "failed with value None.", names the same trial); the sweep
     command says "interrupted" once instead, and a rerun continues."""
-    return not (record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt))
+
+    def __init__(self) -> None:
+        self.stopped: set[str] = set()
+
+    def filter(self, record) -> bool:
+        trial = re.match(r"Trial (\d+) failed", str(record.msg))
+        if record.exc_info and isinstance(record.exc_info[1], KeyboardInterrupt):
+            if trial:
+                self.stopped.add(trial.group(1))
+            return False
+        return not (trial and trial.group(1) in self.stopped)
 
 
 def _worker_main(sweep: Sweep, parent: int, index: int) -> None:
@@ -581,7 +594,7 @@ def _worker_main(sweep: Sweep, parent: int, index: int) -> None:
     warnings.filterwarnings("ignore", category=ExperimentalWarning)   # heartbeat helpers
     optuna.logging.get_logger("optuna")          # its handler, made on first use
     for handler in logging.getLogger("optuna").handlers:
-        handler.addFilter(not_an_interrupt)
+        handler.addFilter(NotAnInterrupt())
     try:
         worker(sweep, index)
     except KeyboardInterrupt:
@@ -750,8 +763,11 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     table = export_trials(sweep, study)
     plots = save_plots(sweep, study)
     counted = count_trials(study)
+    stopped = sum(t.state.name == "FAIL" and bool(t.user_attrs.get("interrupted"))
+                  for t in study.get_trials(deepcopy=False))
     print(f"{counted}/{sweep.trials} trials done ({count_trials(study, ('PRUNED',))} pruned, "
-          f"{count_trials(study, ('FAIL',))} failed)", file=out, flush=True)
+          f"{count_trials(study, ('FAIL',)) - stopped} failed"
+          f"{f', {stopped} interrupted' if stopped else ''})", file=out, flush=True)
     winner = best_trial(study)
     if winner is not None:
         print(f"best: trial {winner.number}, {sweep.objective} {sweep.metric} "
@@ -760,6 +776,9 @@ def run_sweep(sweep: Sweep, jobs: int = 1, live: bool | None = None, out=None) -
     print(f"trials: {table}", file=out)
     if plots:
         print(f"plots: {', '.join(str(p) for p in plots)}", file=out, flush=True)
+    if code == 130 and counted < sweep.trials:
+        print(f"peregrine sweep: interrupted with {counted} of {sweep.trials} trials: the same "
+              f"command continues the sweep", file=sys.stderr)
     if code == 0 and counted < sweep.trials:
         print(f"peregrine sweep: stopped with {counted} of {sweep.trials} trials: the workers "
               f"gave up after repeated failed trials (see the errors above)", file=sys.stderr)

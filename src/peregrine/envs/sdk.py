@@ -60,8 +60,11 @@ def include_dirs(header: Path, native_dir: Path = NATIVE_DIR,
 
 
 def compile_args() -> list[str]:
+    # An undeclared function is an error, not C89's implicit int: a header without
+    # env_step fails here, naming it, not at import as an undefined symbol.
     args = ["-O3", "-Wall", "-Wextra", "-std=c11", "-D_GNU_SOURCE",
-            "-ffp-contract=off", "-fno-math-errno", "-fvisibility=hidden"]
+            "-ffp-contract=off", "-fno-math-errno", "-fvisibility=hidden",
+            "-Werror=implicit-function-declaration"]
     if os.environ.get("PEREGRINE_WERROR") == "1":
         args.append("-Werror")
     if os.environ.get("PEREGRINE_NATIVE") == "1":
@@ -202,9 +205,25 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
                                    f"the C compiler failed on {header}: {result.stderr.strip()}")
 
 
+# What pg_env.h's contract asks an env header to define, in its order.
+CONTRACT = ("ENV_CONFIG", "ENV_STATS", "Env", "env_init", "env_free", "env_reset", "env_step",
+            "env_state_size", "env_get_state", "env_set_state")
+
+
 def _compiler_errors(stderr: str, header: Path) -> str:
     """The compiler's `file:line:column: error: ...` lines (the user's own file's
-    first), without the include chain around them."""
+    first), without the include chain around them; headed by the contract's names
+    the header does not define, when the errors say so (binding.h's #error for a
+    missing ENV_CONFIG, "unknown type name 'Env'", "implicit declaration of function
+    'env_step'"), since those errors point into the binding, not the header."""
     lines = [line for line in stderr.splitlines() if ": error:" in line or ": fatal error:" in line]
     own = [line for line in lines if line.startswith(str(header))]
-    return "\n".join(own or lines)
+    plain = " ".join(lines).replace("\u2018", "'").replace("\u2019", "'")   # gcc's quotes
+    missing = [name for name in CONTRACT
+               if f"defines no {name}" in plain or f"type name '{name}'" in plain
+               or f"function '{name}'" in plain]
+    found = "\n".join(own or lines)
+    if missing:
+        return (f"{header} does not define {', '.join(missing)} (an env header defines "
+                f"{', '.join(CONTRACT)}: see pg_env.h, or `peregrine new-env`):\n{found}")
+    return found

@@ -392,7 +392,8 @@ def convert(name: str, value: Any, kind: type, shown: Any = None) -> Any:
     key's type bool/int/float/str; ValueError naming `name` (and showing `shown`,
     what the user wrote, when given) otherwise. TOML's types are kept: bools are
     true/false only, a string is never read as a number, an int is accepted for a
-    float key and a whole float (1e6, as TOML spells large counts) for an int key."""
+    float key and a whole float (1e6, as TOML spells large counts) for an int key.
+    A path object (os.PathLike: `config.train.run_dir = Path(...)`) is a string."""
     shown = value if shown is None else shown
     if kind is bool:
         if isinstance(value, (bool, np.bool_)):
@@ -416,6 +417,8 @@ def convert(name: str, value: Any, kind: type, shown: Any = None) -> Any:
         if not math.isfinite(number):
             raise ValueError(f"{name} must be finite, got {shown!r}")
         return number
+    if isinstance(value, os.PathLike):
+        value = os.fspath(value)
     if not isinstance(value, str):
         raise ValueError(f"{name} must be a string, got {shown!r}")
     return value

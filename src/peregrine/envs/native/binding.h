@@ -43,6 +43,12 @@
 #ifndef ENV_MODULE_IDENT
 #error "define ENV_MODULE_IDENT (e.g. _cartpole) before including binding.h"
 #endif
+#ifndef ENV_CONFIG
+#error "the env header defines no ENV_CONFIG(X) list of config fields (see pg_env.h)"
+#endif
+#ifndef ENV_STATS
+#error "the env header defines no ENV_STATS(X) list of episode statistics (see pg_env.h)"
+#endif
 #define PG_STR_(x) #x
 #define PG_STR(x) PG_STR_(x)
 #define ENV_MODULE_NAME PG_STR(ENV_MODULE_IDENT)
