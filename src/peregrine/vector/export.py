@@ -636,11 +636,12 @@ def sb3_vec_env(env: Any, render_mode: str | None = None) -> VecEnv:
             dones = terminals | truncations
             records = {}
             self._episodes.record(rewards, dones, records)
-            infos = [{} for _ in range(self.num_envs)]
+            # "TimeLimit.truncated" on every row, as SB3's DummyVecEnv writes it
+            infos = [{"TimeLimit.truncated": cut}
+                     for cut in (truncations & ~terminals).astype(bool).tolist()]
             for row in np.flatnonzero(dones):
                 info = infos[row]
                 info["terminal_observation"] = self.env.final_observations[row].copy()
-                info["TimeLimit.truncated"] = bool(truncations[row] and not terminals[row])
                 episode = {key: values[row].item() for key, values in records["episode"].items()}
                 episode["t"] = round(time.perf_counter() - self._start, 6)
                 info["episode"] = episode
