@@ -284,6 +284,55 @@ def test_emulated_env_breaking_its_spaces_is_named(env_class, message):
     assert segment not in shm_segments()
 
 
+class OutOfRangeEnv(WrongShapeEnv):
+    """Returns `value` for `space`: a value the space's integer type cannot mean."""
+
+    def __init__(self, space, value):
+        self.observation_space, self.value = space, value
+
+    def reset(self, *, seed=None, options=None):
+        return self.value, {}
+
+
+IMAGE = spaces.Box(0, 255, (4, 4), np.uint8)
+
+
+@pytest.mark.parametrize("space, value, message", [
+    # a cast to uint8 used to wrap 300 to 44 and -5 to 251, and floor a [0, 1] image to 0
+    (IMAGE, np.full((4, 4), 300), r"value at \[0\] is 300 \(int64\), which uint8 cannot hold"),
+    (IMAGE, np.full((4, 4), -5.0), r"is -5.0 \(float64\), which uint8 cannot hold"),
+    (IMAGE, np.full((4, 4), 0.5, np.float32), r"a float image in \[0, 1\] needs a float32 Box"),
+    # a one-hot encoder used to clamp 7 to 4 and -1 to 0
+    (spaces.Discrete(5), 7, r"the observation 7.0, not one of the whole numbers 0..4"),
+    (spaces.Discrete(5, start=2), 1, r"not one of the whole numbers 2..6"),
+    (spaces.Discrete(5), 2.5, r"the observation 2.5, not one of the whole numbers"),
+    (spaces.MultiBinary(3), np.array([0, 2, 1]), r"whose value\[1\] is 2.0, not one of .* 0..1"),
+    (spaces.Dict({"cell": spaces.MultiDiscrete([3] * 20), "x": spaces.Box(-1, 1, (2,))}),
+     {"cell": np.full(20, 3), "x": np.zeros(2)}, r"whose cell\[0\] is 3.0, not one of .* 0..2"),
+])
+def test_integer_observations_outside_their_space_are_refused(space, value, message):
+    with pytest.raises(ValueError, match="env 0 returned .*" + message):
+        pv.make(lambda: OutOfRangeEnv(space, value), backend="serial", num_envs=1)
+
+
+def test_integer_observations_inside_their_space_are_written_as_they_are():
+    from peregrine.vector.spaces import FlatObservation
+    image = FlatObservation(IMAGE)
+    row = np.zeros(16, np.uint8)
+    image.write(np.full((4, 4), 255.0), row)        # whole floats in range: exact
+    assert (row == 255).all()
+    cells = FlatObservation(spaces.Dict({"a": spaces.Discrete(3, start=-1),
+                                         "b": spaces.MultiBinary(40)}))
+    row = np.zeros(cells.size, np.float32)
+    cells.write({"a": -1, "b": np.ones(40, np.int8)}, row)
+    assert row[0] == -1 and (row[1:] == 1).all()
+    batch = np.zeros((2, cells.size), np.float32)
+    with pytest.raises(ValueError, match=r"\(row 1\) returned an observation whose b\[3\] is 2.0"):
+        b = np.ones((2, 40), np.int8)
+        b[1, 3] = 2
+        cells.write_batch({"a": np.array([0, 1]), "b": b}, batch)
+
+
 def test_hanging_worker_is_stopped_after_the_timeout():
     env = pv.make(HangingEnv, backend="multiprocessing", num_envs=1, timeout=1.0)
     pids, segment = env.worker_pids, env._resources.shm.name.lstrip("/")

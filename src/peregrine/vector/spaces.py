@@ -21,6 +21,7 @@ import numpy as np
 from gymnasium import spaces
 
 _LEAVES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+_SMALL = 16     # integer leaves up to this size are range-checked in Python, not NumPy
 
 
 def leaves(space, path=()):
@@ -88,6 +89,16 @@ class FlatObservation:
             low, high = np.clip(low, -big, big), np.clip(high, -big, big)
         self.space = spaces.Box(low.astype(dtype), high.astype(dtype), (offset,), dtype)
         self._check_finite = dtype == np.float32
+        # Discrete, MultiDiscrete and MultiBinary leaves: whole numbers in [low, high]
+        # (what a one-hot encoder reads), checked after each write of a float32 row;
+        # a uint8 row (an image) checks input that is not uint8 already before the cast,
+        # which would wrap 300 to 44 and floor 0.5 to 0.
+        self._integral = [(offset, size, low.tolist() if size <= _SMALL else low,
+                           high.tolist() if size <= _SMALL else high, "/".join(map(str, path)),
+                           leaf)
+                          for (path, leaf), (_, offset, size), low, high
+                          in zip(all_leaves, self.fields, lows, highs)
+                          if not isinstance(leaf, spaces.Box)] if dtype == np.float32 else []
         self._simple = len(self.fields) == 1 and self.fields[0][0] == ()
         self._flat_leaf = (self._simple and isinstance(all_leaves[0][1], spaces.Box)
                            and len(all_leaves[0][1].shape) == 1)
@@ -105,6 +116,8 @@ class FlatObservation:
                 shape = self._shapes[0]
                 if getattr(value, "shape", None) != shape and np.shape(value) != shape:
                     raise ValueError(f"expected shape {shape}")
+                if not self._check_finite and getattr(value, "dtype", None) != np.uint8:
+                    self._check_bytes(value, where)
                 row[...] = value if self._flat_leaf else np.ravel(value)
             else:
                 for (path, offset, size), shape in zip(self.fields, self._shapes):
@@ -112,6 +125,8 @@ class FlatObservation:
                     if getattr(leaf, "shape", None) != shape and np.shape(leaf) != shape:
                         raise ValueError(f"{'/'.join(map(str, path))} has shape "
                                          f"{np.shape(leaf)}, expected {shape}")
+                    if not self._check_finite and getattr(leaf, "dtype", None) != np.uint8:
+                        self._check_bytes(leaf, where)
                     row[offset:offset + size] = np.ravel(leaf)
         except (ValueError, TypeError, KeyError, IndexError, RuntimeWarning) as error:
             # (RuntimeWarning: NumPy's overflow warning in the cast, under -W error)
@@ -123,6 +138,17 @@ class FlatObservation:
                              f"observation_space {self.source_space}: {error}") from None
         if self._check_finite and not np.isfinite(row).all():
             self._refuse_non_finite(value, row, where)
+        for offset, size, low, high, name, leaf in self._integral:
+            if size <= _SMALL:       # Python floats: a fraction of numpy's per-call cost
+                if all(lo <= value <= hi and value.is_integer() for value, lo, hi
+                       in zip(row[offset:offset + size].tolist(), low, high)):
+                    continue
+            else:
+                values = row[offset:offset + size]
+                if np.all(values >= low) and np.all(values <= high) \
+                        and np.all(values == np.floor(values)):
+                    continue
+            self._refuse_integral(row[offset:offset + size], low, high, name, leaf, where)
 
     def write_batch(self, values, rows: np.ndarray, where: str = "the vector env") -> None:
         """Writes a vector env's batched observations (each leaf [n, *shape], as
@@ -136,6 +162,8 @@ class FlatObservation:
                     name = "/".join(map(str, path)) or "observations"
                     raise ValueError(f"{name} has shape {np.shape(leaf)}, expected "
                                      f"{(n, *shape)}")
+                if not self._check_finite and leaf.dtype != np.uint8:
+                    self._check_bytes(leaf, where)
                 rows[:, offset:offset + size] = leaf.reshape(n, size)
         except (ValueError, TypeError, KeyError, IndexError, RuntimeWarning) as error:
             raise ValueError(f"{where} returned observations that do not fit its "
@@ -144,6 +172,41 @@ class FlatObservation:
         if self._check_finite and not np.isfinite(rows).all():
             row = int(np.flatnonzero(~np.isfinite(rows).all(axis=1))[0])
             self._refuse_non_finite(row_of(values, row), rows[row], f"{where} (row {row})")
+        for offset, size, low, high, name, leaf in self._integral:
+            block, low, high = rows[:, offset:offset + size], np.asarray(low), np.asarray(high)
+            bad = ~((block >= low) & (block <= high) & (block == np.floor(block))).all(axis=1)
+            if bad.any():
+                row = int(np.flatnonzero(bad)[0])
+                self._refuse_integral(block[row], low, high, name, leaf, f"{where} (row {row})")
+
+    @staticmethod
+    def _check_bytes(value, where: str) -> None:
+        """A uint8 Box's observation given in another dtype: whole numbers in [0, 255]
+        only (ValueError otherwise), so the cast to uint8 cannot wrap or floor."""
+        array = np.asarray(value)
+        if array.dtype == np.bool_:
+            return
+        if array.dtype == object or not np.issubdtype(array.dtype, np.number):
+            raise ValueError(f"its values are {array.dtype}, not numbers")
+        fits = (array >= 0) & (array <= 255) & (array == np.floor(array)) \
+            if np.issubdtype(array.dtype, np.floating) else (array >= 0) & (array <= 255)
+        if not fits.all():
+            index = int(np.flatnonzero(~fits.ravel())[0])
+            raise ValueError(f"its value at [{index}] is {array.ravel()[index].item()!r} "
+                             f"({array.dtype}), "
+                             f"which uint8 cannot hold (whole numbers 0-255; a float image in "
+                             f"[0, 1] needs a float32 Box)")
+
+    def _refuse_integral(self, values, low, high, name, leaf, where: str) -> None:
+        low, high = np.asarray(low), np.asarray(high)
+        bad = ~((values >= low) & (values <= high) & (values == np.floor(values)))
+        index = int(np.flatnonzero(bad)[0])
+        value = values[index].item()
+        what = f"the observation {value!r}" if values.size == 1 and not name else \
+            f"an observation whose {name or 'value'}[{index}] is {value!r}" if values.size > 1 \
+            else f"an observation whose {name} is {value!r}"
+        raise ValueError(f"{where} returned {what}, not one of the whole numbers "
+                         f"{low[index]:g}..{high[index]:g} its space {leaf} holds")
 
     def _refuse_non_finite(self, value, row: np.ndarray, where: str) -> None:
         index = int(np.flatnonzero(~np.isfinite(row))[0])
