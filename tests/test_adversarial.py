@@ -540,6 +540,36 @@ def test_pettingzoo_rewards_and_flags_are_checked_per_agent():
             env.step(np.zeros(3, np.int64))
 
 
+def _squad_step_changed(change):
+    from test_vector_helpers import Squad
+
+    class Changed(Squad):
+        def step(self, actions):
+            return change(*super().step(actions))
+    return Changed
+
+
+@pytest.mark.parametrize("change, message", [
+    # a missing reward counted as 0 and a missing flag as False, without a word
+    (lambda o, r, te, tr, i: (o, {k: v for k, v in r.items() if k != "a2"}, te, tr, i),
+     r"env 0's step gave no reward for agent\(s\) \['a2'\], which acted in it"),
+    (lambda o, r, te, tr, i: (o, r, {k: v for k, v in te.items() if k != "a0"}, tr, i),
+     r"gave no terminated for agent\(s\) \['a0'\]"),
+    (lambda o, r, te, tr, i: ({k: v for k, v in o.items() if k != "a1"}, r, te, tr, i),
+     r"gave no observation for agent\(s\) \['a1'\]"),
+    (lambda o, r, te, tr, i: (o, list(r.values()), te, tr, i),
+     r"step returned rewards as list, not a dict keyed by agent"),
+    # an agent outside possible_agents was a bare KeyError
+    (lambda o, r, te, tr, i: ({**o, "a9": o["a0"]}, r, te, tr, i),
+     r"env 0 returned an observation for agent\(s\) \['a9'\], which are not in its "
+     r"possible_agents \['a0', 'a1', 'a2'\]"),
+])
+def test_pettingzoo_steps_must_cover_the_agents_that_acted(change, message):
+    with pv.make(_squad_step_changed(change), backend="serial", num_envs=1) as env:
+        with pytest.raises(ValueError, match=message):
+            env.step(np.zeros(3, np.int64))
+
+
 # ---- issue 25: processes that outlive their parent --------------------------------------------
 
 _STUCK_PARENT = textwrap.dedent("""

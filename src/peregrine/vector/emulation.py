@@ -431,7 +431,29 @@ class PettingZooEmulation(_Unit):
         self._episode_length = 0
         self.reset(seed)
 
+    def _check_keys(self, acting, *dicts) -> None:
+        """Every agent that acted has an observation, reward, terminated and truncated
+        entry (PettingZoo's parallel API; a missing reward would count as 0 and a
+        missing flag as False without a word), and every key is a possible agent."""
+        for name, values in zip(("observation", "reward", "terminated", "truncated"), dicts):
+            if not isinstance(values, dict):
+                raise ValueError(f"{self.where}'s step returned {name}s as "
+                                 f"{type(values).__name__}, not a dict keyed by agent")
+            missing = [agent for agent in acting if agent not in values]
+            if missing:
+                raise ValueError(f"{self.where}'s step gave no {name} for agent(s) {missing}, "
+                                 f"which acted in it (every agent in env.agents before the "
+                                 f"step needs one; pettingzoo.test.parallel_api_test checks it)")
+            self._check_agents(values, f"{'an' if name[0] in 'aeiou' else 'a'} {name}")
+
+    def _check_agents(self, values, what: str) -> None:
+        if not all(agent in self._row for agent in values):
+            strangers = [agent for agent in values if agent not in self._row]
+            raise ValueError(f"{self.where} returned {what} for agent(s) {strangers}, which "
+                             f"are not in its possible_agents {self.possible_agents}")
+
     def _start_episode(self, observations):
+        self._check_agents(observations, "an observation")
         self.observations[:] = 0
         for agent, observation in observations.items():
             self.flat_observation.write(observation, self.observations[self._row[agent]],
@@ -457,6 +479,7 @@ class PettingZooEmulation(_Unit):
         action_dict = {agent: self.flat_action.to_env(self.actions[self._row[agent]])
                        for agent in acting}
         observations, rewards, terminations, truncations, _infos = self.env.step(action_dict)
+        self._check_keys(acting, observations, rewards, terminations, truncations)
         self._clear_step_outputs()
         self.masks[:] = False
         row_of, where = self._row, self.where
