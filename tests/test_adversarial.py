@@ -540,6 +540,30 @@ def test_pettingzoo_rewards_and_flags_are_checked_per_agent():
             env.step(np.zeros(3, np.int64))
 
 
+class OldGymEnv(WrongShapeEnv):
+    """The old Gym API: step returns (obs, reward, done, info); reset(seed=1) returns
+    the observation alone."""
+
+    def reset(self, *, seed=None, options=None):
+        return np.zeros(3, np.float32) if seed == 1 else (np.zeros(3, np.float32), {})
+
+    def step(self, action):
+        return np.zeros(3, np.float32), 0.0, False, {}
+
+
+def test_the_old_gym_api_is_named():
+    """It unpacked as "not enough values to unpack (expected 5, got 4)"."""
+    with pv.make(OldGymEnv, backend="serial", num_envs=1) as env:
+        with pytest.raises(ValueError, match=r"env 0's step\(\) returned a tuple of 4, not "
+                                             r"\(observation, reward, terminated, truncated, "
+                                             r"info\) \(the old Gym API's"):
+            env.step(np.zeros(1, np.int64))
+        with pytest.raises(ValueError, match=r"reset\(\) returned ndarray, not \(observation, "
+                                             r"info\) \(the old Gym API's reset returned the "
+                                             r"observation alone\)"):
+            env.reset(seed=1)
+
+
 def _squad_step_changed(change):
     from test_vector_helpers import Squad
 

@@ -84,6 +84,23 @@ _COMMON_REALS = frozenset((float, int, np.float64, np.float32))   # one set look
 _FLOAT32_MAX = float(np.finfo(np.float32).max)
 
 
+def returned(result, count: int, call: str, where: str) -> tuple:
+    """`result` of the env's `call` ("step" or "reset") when it is a tuple (or list) of
+    `count` values, as Gymnasium's and PettingZoo's APIs return; a ValueError naming the
+    env and the API otherwise (the old Gym API's 4-tuple step and bare reset among them)."""
+    if (type(result) is tuple or type(result) is list) and len(result) == count:
+        return result
+    spelled = {"step": "(observation, reward, terminated, truncated, info)",
+               "reset": "(observation, info)"}[call]
+    size = len(result) if isinstance(result, (tuple, list)) else None
+    got = type(result).__name__ if size is None else f"a {type(result).__name__} of {size}"
+    old = (" (the old Gym API's step returned 4 values, with one `done`: split it into "
+           "terminated and truncated)" if call == "step" and size == 4 else
+           " (the old Gym API's reset returned the observation alone)" if call == "reset"
+           else "")
+    raise ValueError(f"{where}'s {call}() returned {got}, not {spelled}{old}")
+
+
 def checked_reward(value, where: str, agent=None) -> float:
     """`value` as a float when it is a real number that the float32 reward buffer
     holds (finite, within +-3.4e38); ValueError naming `where` (and the agent)
@@ -236,7 +253,8 @@ class GymnasiumEmulation(_Unit):
     def __init__(self, env, buffers=None, seed=None, index=0):
         self.env = env
         self.where = f"env {index}"
-        observation, info = env.reset() if seed is None else env.reset(seed=int(seed))
+        observation, info = returned(env.reset() if seed is None else env.reset(seed=int(seed)),
+                                     2, "reset", self.where)
         space = env.observation_space
         self._mask_in_info = (isinstance(env.action_space, spaces.Discrete)
                               and isinstance(info, dict) and MASK_KEY in info)
@@ -264,15 +282,16 @@ class GymnasiumEmulation(_Unit):
         self._episode_return, self._episode_length = 0.0, 0
 
     def reset(self, seed=None):
-        self._start(*(self.env.reset() if seed is None else self.env.reset(seed=int(seed))))
+        self._start(*returned(self.env.reset() if seed is None else
+                              self.env.reset(seed=int(seed)), 2, "reset", self.where))
         return self.observations, {}
 
     def step(self, actions):
         if actions is not self.actions:
             self._take_actions(actions)
-        observation, reward, terminated, truncated, info = self.env.step(
-            self._to_env(self.actions[0]))
         where = self.where
+        observation, reward, terminated, truncated, info = returned(
+            self.env.step(self._to_env(self.actions[0])), 5, "step", where)
         reward = checked_reward(reward, where)
         if terminated is not True and terminated is not False:
             terminated = checked_flag("terminated", terminated, where)
@@ -285,7 +304,7 @@ class GymnasiumEmulation(_Unit):
             self._stats.record(self._episode_return + reward,
                                float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
-            observation, info = self.env.reset()
+            observation, info = returned(self.env.reset(), 2, "reset", where)
         else:
             self._episode_return += reward
             self._episode_length += 1
@@ -463,8 +482,9 @@ class PettingZooEmulation(_Unit):
         self._episode_length = 0
 
     def reset(self, seed=None):
-        observations, _infos = (self.env.reset() if seed is None
-                                else self.env.reset(seed=int(seed)))
+        observations, _infos = returned(self.env.reset() if seed is None
+                                        else self.env.reset(seed=int(seed)), 2, "reset",
+                                        self.where)
         self._clear_step_outputs()
         self._start_episode(observations)
         self.masks[:] = False
@@ -478,7 +498,8 @@ class PettingZooEmulation(_Unit):
         acting = list(self.env.agents)
         action_dict = {agent: self.flat_action.to_env(self.actions[self._row[agent]])
                        for agent in acting}
-        observations, rewards, terminations, truncations, _infos = self.env.step(action_dict)
+        observations, rewards, terminations, truncations, _infos = returned(
+            self.env.step(action_dict), 5, "step", self.where)
         self._check_keys(acting, observations, rewards, terminations, truncations)
         self._clear_step_outputs()
         self.masks[:] = False
@@ -512,7 +533,7 @@ class PettingZooEmulation(_Unit):
             returns = self._returns[self._took_part]
             self._stats.record(float(returns.mean()) if returns.size else 0.0,
                                float(self._episode_length))
-            observations, _infos = self.env.reset()
+            observations, _infos = returned(self.env.reset(), 2, "reset", self.where)
             self._start_episode(observations)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
 
