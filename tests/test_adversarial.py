@@ -14,6 +14,7 @@ monitor files (test_monitor.py).
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import textwrap
@@ -371,11 +372,42 @@ def test_bad_timeouts_are_refused(backend, timeout, message):
 ])
 def test_cli_config_values_that_cannot_work_are_one_clear_line(tmp_path, capsys, override,
                                                                code, message):
-    import re
     argv = ["train", "cartpole", "--detach", "--run-dir", str(tmp_path / "run"), *override]
     assert cli_main(argv) == code
     err = capsys.readouterr().err
     assert re.search(message, err) and "Traceback" not in err, err
+
+
+class NanRewardEnv(WrongShapeEnv):
+    def step(self, action):
+        return np.zeros(3, np.float32), float("nan"), False, False, {}
+
+
+class RaisingEnv(WrongShapeEnv):
+    def step(self, action):
+        raise RuntimeError("my env broke")
+
+
+@pytest.mark.parametrize("factory, expected", [
+    # a check's refusal: the one line says it all
+    ("NanRewardEnv", []),
+    # the env's own exception: its traceback (its file and line) above the line
+    ("RaisingEnv", ["test_adversarial.py", 'raise RuntimeError("my env broke")']),
+])
+def test_an_env_failing_in_a_worker_is_a_short_cli_error(tmp_path, capsys, factory, expected):
+    """It was the parent's 40-70-line traceback through the trainer and the vector env
+    (every worker's traceback inside), exit 1."""
+    argv = ["train", f"test_adversarial:{factory}", "--detach", "--run-dir",
+            str(tmp_path / "run"), "--total-steps", "256", "--vec.num-envs", "2",
+            "--vec.backend", "multiprocessing", "--train.minibatch-size", "64"]
+    assert cli_main(argv) == 1
+    err = capsys.readouterr().err
+    last = err.strip().splitlines()[-1]
+    assert re.match(r"peregrine train: error: in vector env worker [01]: ", last) and \
+        ("finite number: nan" in last or "RuntimeError: my env broke" in last), err
+    for text in expected:
+        assert text in err, err
+    assert "ppo.py" not in err and err.count("Traceback") == bool(expected), err  # one worker's
 
 
 # ---- checkpoints and the run directory -------------------------------------------------

@@ -85,6 +85,29 @@ def main(argv=None) -> int:
         # unwritable/full run directory, too big a batch, a diverged training
         print(f"peregrine {name}: error: {error}", file=sys.stderr)
         return 1
+    except RuntimeError as error:
+        failure = _worker_failure(error)
+        if failure is None:
+            raise
+        print(f"{failure[0]}peregrine {name}: error: {failure[1]}", file=sys.stderr)
+        return 1
+
+
+def _worker_failure(error: RuntimeError) -> tuple[str, str] | None:
+    """(what to print before the error line, the error line) for an env that failed
+    in a vector env's worker process: the env's own traceback where its code raised
+    (its file and line), nothing more where one of Peregrine's checks refused what it
+    returned, or the worker's death; None for any other RuntimeError (a bug: its
+    traceback). The parent's traceback through the trainer says nothing to a user."""
+    processes = sys.modules.get("peregrine.vector.processes")
+    if processes is None:       # never imported: no worker ran
+        return None
+    if isinstance(error, processes.WorkerError):
+        before = error.env_traceback.rstrip() + "\n" if error.env_traceback else ""
+        return before, error.summary
+    if isinstance(error, processes.WorkerDiedError):
+        return "", str(error)
+    return None
 
 
 @contextlib.contextmanager

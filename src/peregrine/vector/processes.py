@@ -109,6 +109,8 @@ _PARENT_SPIN_SECONDS = 10e-6   # parent: busy-wait this long for results (if cor
 _LIVENESS_PERIOD = 0.05        # parent: check worker processes this often while waiting
 _PARENT_CHECK_PERIOD = 0.5     # worker: check the parent this often while sleeping
 _MAX_TRACEBACK = 32_000
+# Where Peregrine's own modules live: an exception raised there is one of its checks.
+_PACKAGE = os.path.realpath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
 
 
 GUARD_ADVICE = ('put the code that runs the script under `if __name__ == "__main__":` (spawn '
@@ -179,7 +181,17 @@ def _refuse_unguarded_start(start_method: str) -> None:
 
 
 class WorkerError(RuntimeError):
-    """An exception raised inside a worker; the message holds its traceback."""
+    """An exception raised inside a worker; the message holds its traceback (each
+    failed worker's). `summary` names the first one and its last line ("in vector env
+    worker 1: ValueError: env 8 returned a reward that is not a finite number: nan");
+    `env_traceback` its traceback when the exception was raised in the env's own code
+    (empty when one of Peregrine's checks refused what the env returned, which the
+    summary says whole)."""
+
+    def __init__(self, message: str, summary: str = "", env_traceback: str = ""):
+        super().__init__(message)
+        self.summary = summary or message
+        self.env_traceback = env_traceback
 
 
 class WorkerDiedError(RuntimeError):
@@ -388,11 +400,17 @@ def _wait_for_command(flag, shutdown, wake, parent, spin_seconds):
 
 
 def _report(conn, flag, done):
+    """Sends the exception being handled to the parent: its traceback, its last line,
+    and whether Peregrine's own code raised it (a check refusing what the env returned)."""
+    kind, error, trace = sys.exc_info()
     text = traceback.format_exc()
     if len(text) > _MAX_TRACEBACK:
         text = text[:2000] + "\n...\n" + text[-(_MAX_TRACEBACK - 2000):]
+    frames = traceback.extract_tb(trace)
+    ours = bool(frames) and os.path.realpath(frames[-1].filename).startswith(_PACKAGE)
+    summary = traceback.format_exception_only(kind, error)[-1].strip()
     try:
-        conn.send(("error", text))
+        conn.send(("error", text, summary, ours))
     finally:
         flag[0] = ERROR
         done.release()
@@ -675,14 +693,15 @@ class Multiprocessing(VectorBase):
                 status, payload = self._workers[worker].connection.recv()
                 self._replies[worker] = payload
         if errors:
-            messages = []
+            messages, first = [], None
             for worker in errors:
                 self._pending_reply[worker] = False
-                _status, text = self._workers[worker].connection.recv()
+                _status, text, summary, ours = self._workers[worker].connection.recv()
                 flags[worker][0] = DONE
                 messages.append(f"--- worker {worker} ---\n{text}")
+                first = first or (f"in vector env worker {worker}: {summary}", "" if ours else text)
             self._inflight = [w for w in self._inflight if w not in errors]
-            raise WorkerError("exception in a vector env worker:\n" + "\n".join(messages))
+            raise WorkerError("exception in a vector env worker:\n" + "\n".join(messages), *first)
         return finished
 
     def _timed_out(self, pending):
