@@ -20,6 +20,7 @@ import signal
 import textwrap
 import threading
 import time
+import warnings
 
 import gymnasium
 import numpy as np
@@ -332,6 +333,35 @@ def test_integer_observations_inside_their_space_are_written_as_they_are():
         b = np.ones((2, 40), np.int8)
         b[1, 3] = 2
         cells.write_batch({"a": np.array([0, 1]), "b": b}, batch)
+
+
+class SlowEnv(WrongShapeEnv):
+    """Its second step takes 1.5 s."""
+
+    def __init__(self):
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 2:
+            time.sleep(1.5)
+        return np.zeros(3, np.float32), 0.0, False, False, {}
+
+
+def test_a_stalled_worker_is_named_once_when_no_timeout_is_set(monkeypatch):
+    """Without a timeout a hung env step waited forever without a word."""
+    from peregrine.vector import processes
+    monkeypatch.setattr(processes, "STALL_SECONDS", 0.5)
+    with pv.make(SlowEnv, backend="multiprocessing", num_envs=1) as env:
+        actions = np.zeros(1, env.single_action_space.dtype)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            env.step(actions)
+            env.step(actions)       # 1.5 s: one warning, and the step still completes
+        stalls = [w for w in caught if issubclass(w.category, processes.StallWarning)]
+        assert len(stalls) == 1
+        assert re.match(r"vector env worker\(s\) \[0\] have not answered for [01] s: an env "
+                        r"whose step or reset never returns\?", str(stalls[0].message))
 
 
 def test_hanging_worker_is_stopped_after_the_timeout():

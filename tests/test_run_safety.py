@@ -201,6 +201,7 @@ def test_sigterm_saves_a_checkpoint_and_exits_with_the_documented_code(tmp_path)
         stop(job)
     assert job.returncode == 143, err
     assert "interrupted (SIGTERM)" in out, out
+    assert err.count("SIGTERM: stopping after this update, then saving\n") == 1, err
     lines = records(run)
     assert lines[-1] == {"status": "interrupted"}
     assert checkpoint.load(run)["updates"] == lines[-2]["updates"]
@@ -218,6 +219,7 @@ def test_sigterm_to_the_launcher_reaches_every_rank_and_saves_once(tmp_path):
     finally:
         stop(job)
     assert job.returncode == 143, err
+    assert err.count("SIGTERM: stopping after this update") == 1, err   # rank 0's, once
     assert wait_gone(ranks, 10) == []
     lines = records(run)
     assert lines[-1] == {"status": "interrupted"}

@@ -177,6 +177,8 @@ def test_ctrl_c_checkpoints_and_resume_continues(tmp_path):
     out, err = process.communicate(timeout=60)
     assert process.returncode == 130, err
     assert "interrupted" in out
+    # said at the signal, before the update ends
+    assert "SIGINT: stopping after this update, then saving; Ctrl-C again stops at once" in err
     assert f"resume:     peregrine train --resume {run_dir}\n" in out     # what to do next
     records = [json.loads(line) for line in metrics.open()]
     assert records[-1] == {"status": "interrupted"}

@@ -81,11 +81,14 @@ def load_run_config(run_dir: str | os.PathLike[str], overrides: Sequence = ()) -
 
 class StopFlag:
     """Set by the first Ctrl-C or SIGTERM (or by the caller); the loop checks it
-    between updates. `signal` names the signal that set it first, if one did."""
+    between updates. `signal` names the signal that set it first, if one did. With
+    `announce`, that first signal says on stderr what happens next (an update, or an
+    env step that hangs, can take a while, and a silent Ctrl-C looks ignored)."""
 
-    def __init__(self):
+    def __init__(self, announce: bool = False):
         self.requested = False
         self.signal: str | None = None
+        self.announce = announce
 
     def __call__(self) -> bool:
         return self.requested
@@ -215,7 +218,7 @@ def _train(plan: RunPlan, progress, stop, on_start, dist) -> dict:
             payload = None
         if main:
             (run_dir / "config.toml").write_text(config.to_toml())
-        stop = stop or StopFlag()
+        stop = stop or StopFlag(announce=main)
         stopped = stop
         if dist is not None:    # every rank stops after the same update
             dist.stop_source = stop
@@ -314,6 +317,13 @@ def _install_stop_signals(stop: StopFlag) -> dict | None:
             raise KeyboardInterrupt
         if not stop.requested:
             stop.signal = signal.Signals(signum).name
+            if stop.announce:
+                again = "; Ctrl-C again stops at once" if signum == signal.SIGINT else ""
+                try:    # os.write: no Python buffer or lock taken inside a signal handler
+                    os.write(2, f"\n{stop.signal}: stopping after this update, then saving"
+                                f"{again}\n".encode())
+                except OSError:
+                    pass
         stop.requested = True
 
     previous = {}

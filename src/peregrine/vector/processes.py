@@ -43,7 +43,8 @@ worker's traceback (the worker keeps serving). A worker that dies (a signal,
 os._exit) is noticed within ~50 ms by polling the process sentinels while
 waiting: WorkerDiedError, and the whole vector env is closed. A worker that
 hangs (a step that never returns) cannot be told from a slow one, so by
-default the parent waits (Ctrl-C still works); with `timeout=SECONDS` a
+default the parent waits (Ctrl-C still works), warning once a wait after
+STALL_SECONDS (60 s) with the workers named; with `timeout=SECONDS` a
 command unanswered for that long raises WorkerTimeoutError, and the workers
 are killed and the segment freed as for a dead worker. `close()`,
 garbage collection, interpreter exit and Ctrl-C stop every worker.
@@ -81,6 +82,7 @@ import sys
 import threading
 import time
 import traceback
+import warnings
 import weakref
 from dataclasses import dataclass
 from multiprocessing import connection as mp_connection
@@ -109,6 +111,7 @@ _PARENT_SPIN_SECONDS = 10e-6   # parent: busy-wait this long for results (if cor
 _LIVENESS_PERIOD = 0.05        # parent: check worker processes this often while waiting
 _PARENT_CHECK_PERIOD = 0.5     # worker: check the parent this often while sleeping
 _MAX_TRACEBACK = 32_000
+STALL_SECONDS = 60.0    # a wait this long without a timeout set warns once (StallWarning)
 # Where Peregrine's own modules live: an exception raised there is one of its checks.
 _PACKAGE = os.path.realpath(os.path.join(os.path.dirname(__file__), "..")) + os.sep
 
@@ -192,6 +195,10 @@ class WorkerError(RuntimeError):
         super().__init__(message)
         self.summary = summary or message
         self.env_traceback = env_traceback
+
+
+class StallWarning(RuntimeWarning):
+    """Workers have not answered for STALL_SECONDS with no timeout set: a hung env?"""
 
 
 class WorkerDiedError(RuntimeError):
@@ -659,6 +666,7 @@ class Multiprocessing(VectorBase):
         spin_until = start + self._parent_spin
         next_check = start + _LIVENESS_PERIOD
         give_up = None if self._timeout is None else start + self._timeout
+        stall_at = start + STALL_SECONDS if give_up is None else None
         while len(finished) < count or (errors and pending):
             progressed = False
             for worker in pending:
@@ -682,6 +690,13 @@ class Multiprocessing(VectorBase):
                 next_check = now + _LIVENESS_PERIOD
                 if give_up is not None and now > give_up:
                     self._timed_out(pending)
+                if stall_at is not None and now > stall_at:
+                    stall_at = None     # once a wait
+                    warnings.warn(StallWarning(
+                        f"vector env worker(s) {pending} have not answered for "
+                        f"{now - start:.0f} s: an env whose step or reset never returns? "
+                        f"Ctrl-C stops (twice, in training); vector.make(timeout=SECONDS) "
+                        f"makes a stall an error"), stacklevel=2)
             # Sleep until some worker finishes something (a token may be stale:
             # then this is one extra look at the flags).
             done.acquire(timeout=_LIVENESS_PERIOD)
