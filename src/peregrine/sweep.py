@@ -466,14 +466,25 @@ def run_trial(sweep: Sweep, trial, release=lambda: None) -> float:
     """Optuna's objective: trains and evaluates every seed, reporting progress to
     the pruner; raises optuna.TrialPruned when pruned, KeyboardInterrupt when the
     training was stopped by Ctrl-C or SIGTERM. `release()` is called once the
-    trial exists (the worker's ask lock, see `worker`)."""
+    trial exists (the worker's ask lock, see `worker`). A trial stopped by Ctrl-C
+    anywhere in it is marked "interrupted": it fails (a rerun runs it again) but is
+    not counted among the failed ones."""
+    release()
+    trial.set_user_attr("host", socket.gethostname())
+    trial.set_user_attr("pid", os.getpid())
+    try:
+        return _train_and_evaluate(sweep, trial)
+    except KeyboardInterrupt:    # Ctrl-C in training, or before or after it
+        trial.set_user_attr("interrupted", True)     # FAIL, but not a failed trial
+        raise
+
+
+def _train_and_evaluate(sweep: Sweep, trial) -> float:
+    """run_trial's work: every seed trained and evaluated (see run_trial)."""
     import optuna
 
     from .evaluate import evaluate
     from .train.run import StopFlag, train
-    release()
-    trial.set_user_attr("host", socket.gethostname())
-    trial.set_user_attr("pid", os.getpid())
     params = suggest(trial, sweep.params)
     values: list[float] = []
     for index, seed in enumerate(sweep.seeds):
@@ -496,7 +507,6 @@ def run_trial(sweep: Sweep, trial, release=lambda: None) -> float:
             trial.set_user_attr("pruned_at", {"seed": seed, "global_step": pruned[0]})
             raise optuna.TrialPruned(f"seed {seed} at step {pruned[0]}")
         if summary["status"] == "interrupted":
-            trial.set_user_attr("interrupted", True)   # FAIL, but not a failed trial
             raise KeyboardInterrupt
         result = evaluate(config.env_name, summary["checkpoint"], episodes=sweep.eval_episodes,
                           seed=sweep.eval_seed)

@@ -454,9 +454,11 @@ class PettingZooEmulation(_Unit):
         """Every agent that acted has an observation, reward, terminated and truncated
         entry (PettingZoo's parallel API; a missing reward would count as 0 and a
         missing flag as False without a word), and every key is a possible agent."""
-        for name, values in zip(("observation", "reward", "terminated", "truncated"), dicts):
+        for name, plural, values in zip(("observation", "reward", "terminated", "truncated"),
+                                        ("observations", "rewards", "terminations",
+                                         "truncations"), dicts):
             if not isinstance(values, dict):
-                raise ValueError(f"{self.where}'s step returned {name}s as "
+                raise ValueError(f"{self.where}'s step returned {plural} as "
                                  f"{type(values).__name__}, not a dict keyed by agent")
             missing = [agent for agent in acting if agent not in values]
             if missing:

@@ -140,7 +140,7 @@ class FlatObservation:
             self._refuse_non_finite(value, row, where)
         for offset, size, low, high, name, leaf in self._integral:
             if size <= _SMALL:       # Python floats: a fraction of numpy's per-call cost
-                if all(lo <= value <= hi and value.is_integer() for value, lo, hi
+                if all(lo <= x <= hi and x.is_integer() for x, lo, hi
                        in zip(row[offset:offset + size].tolist(), low, high)):
                     continue
             else:
@@ -193,9 +193,8 @@ class FlatObservation:
         if not fits.all():
             index = int(np.flatnonzero(~fits.ravel())[0])
             raise ValueError(f"its value at [{index}] is {array.ravel()[index].item()!r} "
-                             f"({array.dtype}), "
-                             f"which uint8 cannot hold (whole numbers 0-255; a float image in "
-                             f"[0, 1] needs a float32 Box)")
+                             f"({array.dtype}), which uint8 cannot hold (whole numbers 0-255; "
+                             f"a float image in [0, 1] needs a float32 Box)")
 
     def _refuse_integral(self, values, low, high, name, leaf, where: str) -> None:
         low, high = np.asarray(low), np.asarray(high)
