@@ -186,6 +186,20 @@ def test_training_on_a_factory_with_kwargs_learns(tmp_path):
         ("train.learning_rate", 1e-3)], tmp_path / "run")
     # the corridor of 4 steps ends in 4 steps at best, 16 at worst (the time limit)
     assert summary["recent_return"] > 0.9
+    # The run's policy, on the env rebuilt from its checkpoint (keywords included), in
+    # Python: make_trained_env knew native envs only ("unknown env 'any_env_toys:...'").
+    from peregrine.train.checkpoint import load_actor, make_trained_env
+    env = make_trained_env(tmp_path / "run", num_envs=4, seed=3)
+    actor = load_actor(tmp_path / "run", env)
+    observations, _ = env.reset()
+    for _ in range(40):
+        observations, *_ = env.step(actor(observations))
+    stats = env.episode_stats()
+    assert stats.count >= 8 and stats.mean["episode_length"] == 4     # the 4-step corridor
+    env.close()
+    with pytest.raises(TypeError, match="load_actor needs the env as a batch of flat rows, "
+                                        "got .*make_trained_env"):
+        load_actor(tmp_path / "run", any_env_toys.chain_env(length=4))
 
 
 def test_a_python_callable_trains_and_its_checkpoint_asks_for_it_again(tmp_path):

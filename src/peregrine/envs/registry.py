@@ -253,7 +253,10 @@ def env_class(name: str) -> type[NativeEnv]:
     if name in _LOADED:
         return _LOADED[name]
     if name not in ENVS:
-        raise ValueError(f"unknown env {name!r}; available: {sorted(ENVS)}")
+        other = (f" ({name!r} names a Gymnasium, PettingZoo or factory env: "
+                 f"peregrine.vector.make takes it)" if isinstance(name, str) and ":" in name
+                 else "")
+        raise ValueError(f"unknown env {name!r}; available: {sorted(ENVS)}{other}")
     module_name, class_name = ENVS[name].split(":")
     try:
         cls = getattr(importlib.import_module(module_name), class_name)

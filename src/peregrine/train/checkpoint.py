@@ -350,12 +350,16 @@ def env_kwargs(path: str | os.PathLike[str]) -> tuple[str | None, dict]:
 
 def make_trained_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int | None = None,
                      num_threads: int = 1, preset: str | None = None,
-                     **overrides: Any) -> NativeEnv:
+                     **overrides: Any) -> Any:
     """A batch of the env a checkpoint was trained on, in its own world.
 
-    `preset` replaces the checkpoint's world by that preset (keeping the agent's
-    observation fields, as evaluation does); `overrides` (config fields) are
-    applied on top of either.
+    A native env: its batch, where `preset` replaces the checkpoint's world by that
+    preset (keeping the agent's observation fields, as evaluation does) and
+    `overrides` (config fields) apply on top of either. Any other env (gym:ID,
+    pettingzoo:MODULE, module:function): `peregrine.vector.make` of its name with the
+    checkpoint's keywords and wrappers (`overrides` on top), serial, `num_envs` envs;
+    one trained on a Python callable without an import path cannot be rebuilt by name:
+    pass that callable to `peregrine.vector.make` yourself.
     """
     from .world import world_of
     from ..envs.registry import make
@@ -363,6 +367,17 @@ def make_trained_env(path: str | os.PathLike[str], num_envs: int = 1, seed: int 
     name = trained[0]
     if name is None:
         raise ValueError(f"checkpoint {str(path)!r} records no env config: make the env yourself")
+    from ..vector.sources import CALLABLE_PREFIX, is_native_name
+    if not is_native_name(name):
+        if name.startswith(CALLABLE_PREFIX):
+            raise ValueError(f"checkpoint {str(path)!r} was trained on {name!r}, a Python "
+                             f"callable without an import path: make the env yourself, "
+                             f"peregrine.vector.make(CALLABLE, num_envs=...)")
+        if preset is not None:
+            raise ValueError(f"preset= is for native envs; {name!r} takes its own keywords")
+        from .. import vector
+        return vector.make(name, backend="serial", num_envs=num_envs, seed=seed,
+                           num_threads=num_threads, **{**trained[1], **overrides})
     world = world_of(name, trained, preset, overrides)
     return make(name, num_envs=num_envs, seed=seed, num_threads=num_threads, **world["kwargs"])
 
@@ -405,6 +420,7 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
     for key in ("policy", "config", "observation_space", "action_space"):
         if key not in payload:
             raise ValueError(f"{label} has no {key!r} entry; it is not a training checkpoint")
+    _check_batch(env)
     policy = build_policy(payload, env, label)
     trained_env = payload["config"].get("env", {})
     from ..vector.sources import is_native_name
@@ -423,6 +439,26 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
     generator = None if sample_seed is None else torch.Generator().manual_seed(int(sample_seed))
     return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label),
                  mask_slice, generator)
+
+
+def _check_batch(env: Any) -> None:
+    """TypeError unless `env` is a batch whose rows the policy reads: a Peregrine env
+    (its observations flattened into rows), or a vector env of flat spaces."""
+    from .policy import describe_space
+    space = getattr(env, "single_observation_space", None)
+    flat = space is not None
+    if flat:
+        try:
+            describe_space(space)
+            describe_space(env.single_action_space)
+        except (ValueError, AttributeError):
+            flat = False
+    if not flat:
+        raise TypeError(
+            f"load_actor needs the env as a batch of flat rows, got {type(env).__name__}: "
+            f"make_trained_env(path) rebuilds the checkpoint's env, and "
+            f"peregrine.vector.make(lambda: YourEnv(), num_envs=N) wraps a Gymnasium or "
+            f"PettingZoo env (its Dict/Tuple observations become the rows the policy reads)")
 
 
 def build_obs_normalizer(payload: dict, policy: Policy,
