@@ -220,6 +220,18 @@ def test_a_config_changed_after_load_config_is_checked_again_by_the_trainer():
             Trainer(config)
 
 
+def test_an_env_factory_set_after_load_config_must_be_the_recorded_env():
+    """It trained the factory's env and recorded the loaded name (config.toml, the
+    checkpoint), so `peregrine eval --policy RUN` later made the other env."""
+    from peregrine.train.ppo import Trainer
+    import any_env_toys
+    config = load_config("gym:CartPole-v1", overrides=[("vec.num_envs", 2)])
+    config.env_factory = any_env_toys.chain_env
+    with pytest.raises(ValueError, match="config.env_factory is 'any_env_toys:chain_env' but "
+                                         "env.name is 'gym:CartPole-v1'.*load_config"):
+        Trainer(config)
+
+
 def test_a_path_object_is_a_string_key_s_value(tmp_path):
     """config.train.run_dir = Path(...) is what a Python user writes; the trainer's
     check of the config used to refuse it as "must be a string"."""

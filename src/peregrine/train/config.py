@@ -494,7 +494,16 @@ def resolve_auto(config: Config) -> None:
 
 def recheck(config: Config) -> None:
     """load_config's checks once more, for a Config changed or built after it (the
-    trainer runs this): every key's type and choices (set_key), then validate."""
+    trainer runs this): every key's type and choices (set_key), then validate. An
+    env_factory set on the object must be the env its env.name records (the run's
+    config.toml and checkpoint name the env by it)."""
+    if config.env_factory is not None:
+        from ..vector.sources import recorded_name
+        made_by = recorded_name(config.env_factory)
+        if made_by != config.env_name:
+            raise ValueError(f"config.env_factory is {made_by!r} but env.name is "
+                             f"{config.env_name!r}, which the run would record as its env: "
+                             f"build the config with load_config(FACTORY, ...) instead")
     for section in SECTIONS:
         target = getattr(config, section)
         for entry in dataclasses.fields(target):
