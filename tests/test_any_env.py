@@ -165,6 +165,12 @@ def test_wrappers_are_config_applied_in_order():
         EnvFactory("gym:CartPole-v1", {}, ["NoSuchWrapper"])
     with pytest.raises(ValueError, match="env.wrappers"):
         load_config("gym:CartPole-v1", overrides=[("env.wrappers", "[3]")])
+    # a TOML array is a tuple to the wrapper (ReshapeObservation refused shape=[2, 2])
+    config = load_config("gym:CartPole-v1", overrides=[
+        ("env.wrappers", '[{name = "ReshapeObservation", shape = [2, 2]}]')])
+    env = config.env_source()()
+    assert env.observation_space.shape == (2, 2)
+    assert config.env["wrappers"] == [{"name": "ReshapeObservation", "shape": [2, 2]}]  # as written
 
 
 # ---- training ------------------------------------------------------------------------

@@ -211,12 +211,19 @@ def _resolve_attribute(module_name: str, path: str, for_name: str):
     return found
 
 
+def _tupled(value):
+    """A TOML array as a tuple (nested ones too): what Gymnasium's wrappers take for
+    shapes (ResizeObservation(shape=(64, 64)) refuses a list)."""
+    return tuple(_tupled(item) for item in value) if isinstance(value, list) else value
+
+
 def resolve_wrapper(wrapper) -> tuple[type, dict]:
-    """(wrapper class, its keyword arguments) of one `env.wrappers` entry."""
+    """(wrapper class, its keyword arguments) of one `env.wrappers` entry; arrays are
+    passed as tuples."""
     if isinstance(wrapper, str):
         name, kwargs = wrapper, {}
     elif isinstance(wrapper, dict) and isinstance(wrapper.get("name"), str):
-        kwargs = {key: value for key, value in wrapper.items() if key != "name"}
+        kwargs = {key: _tupled(value) for key, value in wrapper.items() if key != "name"}
         name = wrapper["name"]
     else:
         raise EnvSourceError(f"env.wrappers entries are a wrapper name or a table "
