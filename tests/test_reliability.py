@@ -452,6 +452,23 @@ def test_a_minibatch_larger_than_the_batch_is_named(capsys):
     assert "train.minibatch_size (512)" in err and "32" in err, err
 
 
+@pytest.mark.parametrize("low, high, warned", [(0.0, 10.0, True), (-2.0, 2.0, False),
+                                              (-1.0, 1.0, False), (-100.0, 100.0, True)])
+def test_box_actions_far_from_the_gaussian_start_are_named(capsys, low, high, warned):
+    """Pendulum's torque given in [0, 10] trained with half its actions clipped to 0 and
+    the top of the range never tried, without a word."""
+    import gymnasium
+    config = load_config(lambda: gymnasium.wrappers.RescaleAction(
+        gymnasium.make("Pendulum-v1"), low, high), overrides=[
+            ("vec.num_envs", 2), ("train.horizon", 8), ("train.minibatch_size", 16),
+            ("train.total_steps", 16), ("vec.backend", "serial")])
+    Trainer(config).close()
+    err = capsys.readouterr().err
+    assert ("the Box action space's bounds" in err) == warned, err
+    if warned:
+        assert f"[{low:g}, {high:g}] (component 0)" in err and '"RescaleAction"' in err
+
+
 # ---- case 8: advice a CLI user can follow ------------------------------------------------------
 
 def test_too_many_workers_names_the_config_key(tmp_path, capsys):

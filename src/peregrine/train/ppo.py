@@ -76,6 +76,7 @@ import sys
 import time
 from collections import deque
 
+import numpy as np
 import torch
 
 from ..envs.native.protocols import ObservationSlots, stat_names
@@ -181,6 +182,7 @@ class Trainer:
         the per-step and loss functions (compiled or not), counters."""
         observations, _ = self.env.reset(seed=self._env_seed(config.train.seed))
         self._size_batches(config)
+        self._say_action_bounds(config)
         critic_width = self._build_policy(config)
         self._build_rollout(config, observations, critic_width, teacher)
         self._choose_functions(config)
@@ -204,6 +206,27 @@ class Trainer:
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
+
+    def _say_action_bounds(self, config) -> None:
+        """A warning for Box actions whose bounds are far from the Gaussian head's start
+        (mean 0, std exp(policy.init_log_std)): actions outside the bounds are clipped,
+        so a space such as [0, 10] clips about half of them to 0 and explores little."""
+        space = self.env.single_action_space
+        if describe_space(space)["kind"] != "box" or getattr(self.dist, "rank", 0) != 0:
+            return
+        low, high = space.low.astype(np.float64), space.high.astype(np.float64)
+        finite = np.isfinite(low) & np.isfinite(high)
+        centre, half = (low + high) / 2, (high - low) / 2
+        odd = finite & ((np.abs(centre) > half / 2) | (half < 0.25) | (half > 20))
+        if odd.any():
+            index = int(np.flatnonzero(odd)[0])
+            print(f"peregrine train: warning: the Box action space's bounds "
+                  f"[{low[index]:g}, {high[index]:g}] (component {index}) are far from where "
+                  f"the Gaussian policy starts (mean 0, std "
+                  f"{math.exp(config.policy.init_log_std):.3g}); actions outside them are "
+                  f"clipped, so it explores little. Rescale the env's actions: env.wrappers = "
+                  f"[{{name = \"RescaleAction\", min_action = -1.0, max_action = 1.0}}]",
+                  file=sys.stderr, flush=True)
 
     def _build_policy(self, config) -> int:
         """The policy, its optimizer and the sampling generator; returns the width of
