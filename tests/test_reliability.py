@@ -469,6 +469,30 @@ def test_box_actions_far_from_the_gaussian_start_are_named(capsys, low, high, wa
         assert f"[{low:g}, {high:g}] (component 0)" in err and '"RescaleAction"' in err
 
 
+@pytest.mark.parametrize("shape, warned", [((2, 40, 40, 1), True), ((40, 40, 8), True),
+                                           ((4, 40, 40), False), ((40, 40, 3), False)])
+def test_pictures_the_cnn_cannot_take_are_named(capsys, shape, warned):
+    """A stack of keep_dim grayscale frames trained an MLP over every pixel, silently."""
+    import gymnasium
+    from gymnasium import spaces
+
+    class Frames(gymnasium.Env):
+        observation_space = spaces.Box(0, 255, shape, np.uint8)
+        action_space = spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(shape, np.uint8), {}
+
+        def step(self, action):
+            return np.zeros(shape, np.uint8), 0.0, False, False, {}
+    config = load_config(Frames, overrides=[
+        ("vec.num_envs", 2), ("train.horizon", 8), ("train.minibatch_size", 16),
+        ("train.total_steps", 16), ("vec.backend", "serial")])
+    Trainer(config).close()
+    err = capsys.readouterr().err
+    assert (f"the observation of shape {shape} is read flat by the MLP" in err) == warned, err
+
+
 # ---- case 8: advice a CLI user can follow ------------------------------------------------------
 
 def test_too_many_workers_names_the_config_key(tmp_path, capsys):

@@ -185,6 +185,24 @@ def build_encoder(space, kind: str = "auto") -> StructuredEncoder | None:
     return StructuredEncoder(space, kind)
 
 
+def unread_images(space) -> str | None:
+    """What the policy reads flat although it looks like pictures: a Box leaf of 3 or
+    more dimensions that is_image does not take (a frame stack of (stack, H, W, C), or
+    more than 4 channels); None when there is none. Said at the trainer's start, since
+    an MLP over thousands of pixels trains, slowly and badly, without a word."""
+    if space is None:
+        return None
+    for path, leaf in _leaves(space):
+        if isinstance(leaf, spaces.Box) and len(leaf.shape) >= 3 and not is_image(leaf):
+            where = f" ({'/'.join(map(str, path))})" if path else ""
+            return (f"the observation{where} of shape {leaf.shape} is read flat by the MLP "
+                    f"({int(np.prod(leaf.shape)):,} inputs), not by a CNN: the CNN takes "
+                    f"images of (H, W, C) or (C, H, W) with at most 4 channels, or 2-D uint8 "
+                    f"(a stack of grayscale frames: GrayscaleObservation without keep_dim, "
+                    f"then FrameStackObservation)")
+    return None
+
+
 def describe_structure(space) -> str | None:
     """The space as text (checkpoints compare it), None for no structure."""
     return None if space is None else repr(space)

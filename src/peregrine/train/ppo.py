@@ -88,6 +88,7 @@ from .collect import (RolloutParts, RolloutState, SplitCollector, SyncCollector,
                       policy_step)
 from .config import check_features, recheck
 from .critic_states import CriticStates, global_state_width
+from .encoders import unread_images
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline
@@ -184,6 +185,9 @@ class Trainer:
         self._size_batches(config)
         self._say_action_bounds(config)
         critic_width = self._build_policy(config)
+        unread = unread_images(observation_structure(self.env))
+        if unread and config.policy.encoder == "auto" and getattr(self.dist, "rank", 0) == 0:
+            print(f"peregrine train: warning: {unread}", file=sys.stderr, flush=True)
         self._build_rollout(config, observations, critic_width, teacher)
         self._choose_functions(config)
         self._start_counters()
