@@ -492,12 +492,21 @@ def test_what_a_newcomer_mistypes_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_the_printed_eval_command_carries_the_pythonpath_a_factory_needed(monkeypatch):
+    from types import SimpleNamespace
+
+    def prefix(name, wrappers=None):
+        return train_cli._path_prefix(SimpleNamespace(
+            env_name=name, env={"name": name, **({"wrappers": wrappers} if wrappers else {})}))
     monkeypatch.setenv("PYTHONPATH", "my folder")
-    assert train_cli._path_prefix("my_envs:corridor") == "PYTHONPATH='my folder' "
-    assert train_cli._path_prefix("cartpole") == ""
-    assert train_cli._path_prefix("gym:CartPole-v1") == ""
+    assert prefix("my_envs:corridor") == "PYTHONPATH='my folder' "
+    assert prefix("cartpole") == ""
+    assert prefix("gym:CartPole-v1") == ""
+    # a wrapper of the user's own module needs it too (the printed command failed)
+    assert prefix("gym:CartPole-v1", [{"name": "my_wrappers:Downsample", "k": 6}]) == \
+        "PYTHONPATH='my folder' "
+    assert prefix("gym:CartPole-v1", ["NormalizeObservation"]) == ""
     monkeypatch.delenv("PYTHONPATH")
-    assert train_cli._path_prefix("my_envs:corridor") == ""
+    assert prefix("my_envs:corridor") == ""
 
 
 def test_render_size_scales_every_envs_frames_and_is_checked(tmp_path, capsys):

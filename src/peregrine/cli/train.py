@@ -182,24 +182,29 @@ def run(args) -> int:
           f"of training ({summary['sps']:,.0f} SPS), recent mean return {recent_text}, "
           f"{summary['episodes']:,} episodes", flush=True)
     print(f"checkpoint: {summary['checkpoint']}", flush=True)
-    print(f"evaluate:   {_path_prefix(config.env_name)}peregrine eval {config.env_name} "
+    print(f"evaluate:   {_path_prefix(config)}peregrine eval {config.env_name} "
           f"--policy {summary['checkpoint']}", flush=True)
     if summary["status"] == "interrupted":
-        print(f"resume:     {_path_prefix(config.env_name)}peregrine train --resume "
+        print(f"resume:     {_path_prefix(config)}peregrine train --resume "
               f"{summary['run_dir']}", flush=True)
     return runs.exit_code(summary)
 
 
-def _path_prefix(env_name: str) -> str:
-    """The PYTHONPATH this run's factory module was found through, so that the printed
-    eval and resume commands import it too (`PYTHONPATH=. peregrine train my_envs:corridor`)."""
+def _path_prefix(config) -> str:
+    """The PYTHONPATH this run's own modules were found through (a factory's, or a
+    `module:Class` wrapper's), so that the printed eval and resume commands import them
+    too (`PYTHONPATH=. peregrine train my_envs:corridor`)."""
     from ..vector.sources import kind_of
     python_path = os.environ.get("PYTHONPATH")
     try:
-        factory = kind_of(env_name) == "factory"
+        factory = kind_of(config.env_name) == "factory"
     except ValueError:
         return ""
-    return f"PYTHONPATH={shlex.quote(python_path)} " if factory and python_path else ""
+    wrappers = config.env.get("wrappers") or []
+    own_wrapper = any(":" in (w if isinstance(w, str) else str(w.get("name", "")))
+                      for w in wrappers if isinstance(w, (str, dict)))
+    return f"PYTHONPATH={shlex.quote(python_path)} " \
+        if (factory or own_wrapper) and python_path else ""
 
 
 def _check_flags(args) -> None:
