@@ -38,7 +38,8 @@ def test_no_env_at_all_is_refused(tmp_path):
 def test_a_file_for_another_env_is_refused(tmp_path):
     path = tmp_path / "pendulum.toml"
     path.write_text('[env]\nname = "pendulum"\n')
-    with pytest.raises(ValueError, match="env.name is 'pendulum' but the env given is 'cartpole'"):
+    with pytest.raises(ValueError, match="sets env.name = 'pendulum', but the env given is "
+                                         "'cartpole': .*copy it without its \\[env\\] table"):
         load_config("cartpole", path)
     with pytest.raises(ValueError, match="env.name is 'pendulum' but the env given is 'cartpole'"):
         load_config("cartpole", overrides=[("env.name", "pendulum")])

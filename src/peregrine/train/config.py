@@ -313,7 +313,13 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         key, value = pair
         set_key(config, key, value, text=True)
     if config.env.get("name") != env_name:
-        raise ValueError(f"env.name is {config.env.get('name')!r} but the env given is {env_name!r}")
+        named = config.env.get("name")
+        if user_path is not None and (user.get("env") or {}).get("name") == named:
+            raise ValueError(f"config file {str(user_path)!r} sets env.name = {named!r}, but the "
+                             f"env given is {env_name!r}: a config file's [env] table is that "
+                             f"env's; to train {env_name!r} with the file's [train], [vec] and "
+                             f"[policy], copy it without its [env] table")
+        raise ValueError(f"env.name is {named!r} but the env given is {env_name!r}")
     if factory is None:
         from ..vector.sources import kind_of
         kind_of(env_name)      # an unknown name fails here, with the kinds of names listed
