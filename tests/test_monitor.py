@@ -297,6 +297,27 @@ def test_a_data_parallel_run_shows_its_world_size(tmp_path, capsys):
     assert "ranks" not in out
 
 
+def test_the_dashboard_shows_progress_toward_the_budget_and_the_time_left(tmp_path, capsys):
+    """It showed the steps done only; a file without a budget (older ones) still does."""
+    writers = {}
+    for name, total in (("budget", 100_000), ("none", None)):       # running: not closed
+        writers[name] = MetricsWriter(tmp_path / name, [], total_steps=total)
+        writers[name].update(global_step=20_000, updates=10, sps=5000.0, losses=LOSSES)
+    with MetricsReader(tmp_path / "budget") as reader:
+        assert reader.header.total_steps == 100_000
+    _, out, _ = monitor(capsys, tmp_path / "budget", "--once")
+    steps = next(line for line in out.splitlines() if " steps " in line)
+    assert "20,000 / 100,000" in steps and "█" in steps             # a fifth of the bar
+    assert any(" left " in line and "0:00:16" in line for line in out.splitlines()), out
+    _, out, _ = monitor(capsys, tmp_path / "none", "--once")
+    assert " / " not in next(line for line in out.splitlines() if " steps " in line)
+    assert " left " not in out
+    writers["budget"].close("finished")         # ended: no time left to show
+    _, out, _ = monitor(capsys, tmp_path / "budget", "--once")
+    assert " left " not in out and "20,000 / 100,000" in out
+    writers["none"].close("finished")
+
+
 def test_dead_trainer_shows_as_stale(tmp_path, capsys):
     process = start_writer(tmp_path / "run", mode="die")
     process.wait(timeout=30)

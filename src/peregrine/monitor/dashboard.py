@@ -210,6 +210,14 @@ def render(snapshot: Snapshot, width: int = 100):
                   Row("steps", number(value["global_step"])),
                   Row("updates", number(value["updates"])),
                   Row("elapsed", duration(value["elapsed"]))]
+    total = header.total_steps
+    if total:       # progress toward the budget, and the time left at the current SPS
+        done = value["global_step"]
+        throughput[1] = Row("steps", f"{number(done)} / {number(total)}",
+                            bar=min(done / total, 1.0))
+        if snapshot.liveness == "running" and value["sps"] == value["sps"] \
+                and value["sps"] > 0 and done < total:
+            throughput.append(Row("left", duration((total - done) / value["sps"])))
 
     def latest(name):
         """This update's value, or, when no episode ended in it (long episodes

@@ -30,7 +30,8 @@ File layout (little-endian, every offset fixed by the header)::
     56      4     u32 names_length (bytes of the JSON block at offset 128)
     60      4     reserved (0)
     64      64    run id, UTF-8, NUL padded
-    128     n     JSON {"fields": [...], "env_stats": [...], "host": "...", "world_size": N}
+    128     n     JSON {"fields": [...], "env_stats": [...], "host": "...", "world_size": N,
+                        "total_steps": T}
     ...           zero padding up to header_size
     header_size + i * record_size: record slot i, for i in 0..K-1:
             8     u64 sequence (seqlock: odd while being written)
@@ -168,7 +169,7 @@ class MetricsWriter:
 
     def __init__(self, run_dir, env_stat_names=(), run_id: str | None = None,
                  ring_capacity: int = DEFAULT_RING_CAPACITY, world_size: int = 1,
-                 warn=_print_warning):
+                 warn=_print_warning, total_steps: int | None = None):
         if isinstance(ring_capacity, bool) or not isinstance(ring_capacity, int) \
                 or not 1 <= ring_capacity <= 1 << 20:
             raise ValueError(f"ring_capacity must be an int in [1, 1048576], got {ring_capacity!r}")
@@ -186,7 +187,10 @@ class MetricsWriter:
         names = json.dumps({"fields": list(FIELDS), "env_stats": list(self.env_stat_names),
                             "host": socket.gethostname(),
                             # ranks of a data-parallel run: sps and steps count them all
-                            "world_size": int(world_size)}).encode()
+                            "world_size": int(world_size),
+                            # the run's step budget (the dashboard's progress and time left)
+                            "total_steps": None if total_steps is None else int(total_steps)}
+                           ).encode()
         self.header_size = _round_up(_NAMES_OFFSET + len(names), _ALIGN)
         self.record_size = _round_up(8 + 8 * self.num_fields, _ALIGN)
         size = self.header_size + ring_capacity * self.record_size
@@ -348,6 +352,7 @@ class Header:
     host: str
     fields: tuple[str, ...]
     world_size: int = 1      # ranks of a data-parallel run (absent in older files: 1)
+    total_steps: int | None = None    # the run's step budget (absent in older files)
 
 
 @dataclass
@@ -432,6 +437,8 @@ class MetricsReader:
             env_stats = tuple(names["env_stats"])
             host = str(names.get("host", ""))
             world_size = int(names.get("world_size", 1))
+            total_steps = names.get("total_steps")
+            total_steps = int(total_steps) if isinstance(total_steps, int) else None
         except (ValueError, KeyError, TypeError, UnicodeDecodeError):
             raise MetricsFileError(f"{self.path} is corrupt: unreadable field names") from None
         if len(fields) + len(env_stats) != num_fields or len(env_stats) != num_env_stats \
@@ -440,7 +447,7 @@ class MetricsReader:
         run_id = self._pread(_RUN_ID_SIZE, _RUN_ID_OFFSET).rstrip(b"\0")
         self._header_size, self._record_size = header_size, record_size
         return Header(version, num_fields, env_stats, ring_capacity, pid, start_time,
-                      run_id.decode(errors="replace"), host, fields, world_size)
+                      run_id.decode(errors="replace"), host, fields, world_size, total_steps)
 
     @property
     def count(self) -> int:

@@ -126,7 +126,8 @@ class RunLogger:
                 self.writer = MetricsWriter(self.run_dir, [
                     name for name in env_stat_names
                     if name not in ("episode_return", "episode_length")],
-                    world_size=world_size, warn=self._warn)
+                    world_size=world_size, warn=self._warn,
+                    total_steps=(config or {}).get("train", {}).get("total_steps"))
             except Exception as error:  # noqa: BLE001 - the dashboard is optional
                 self._warn(f"dashboard metrics disabled: {error}")
         self.tensorboard = None
