@@ -405,6 +405,25 @@ def test_eval_render_and_resume_of_an_emulated_run_need_no_env_name(tmp_path):
     assert "4,096 steps" in resumed
 
 
+def test_render_draws_the_state_an_emulated_episode_ended_in():
+    """The GIF's last frame was the step before the end (the env had reset by the time
+    it could be drawn): a goal reached looked like a goal missed."""
+    from peregrine.cli.render import _episode_frames
+    from peregrine.vector.emulation import emulate
+
+    class DrawnChain(any_env_toys._Chain):
+        def render(self):       # the position as the image's one value
+            return np.full((2, 2, 3), self.position, np.uint8)
+    unit = emulate(gym.wrappers.TimeLimit(DrawnChain(4), max_episode_steps=16), seed=0)
+
+    def right(observations):
+        return np.ones(1, np.int64)
+    frames, steps = _episode_frames(unit, right, unit.env.render, every=3, limit=100)
+    assert steps == 4
+    assert [int(frame[0, 0, 0]) for frame in frames] == [0, 3, 4]     # start, every 3, end
+    unit.close()
+
+
 def test_an_emulated_env_resumes_from_fresh_episodes(tmp_path):
     """Without get_state an emulated env cannot restore episodes in progress: a resume
     continues the counters and weights, and the envs start fresh episodes."""

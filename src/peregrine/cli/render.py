@@ -98,10 +98,14 @@ def _episode_frames(batch, policy, draw, every: int, limit: int) -> tuple[list, 
     """(frames, steps) of the episode a one-instance batch (a native batch, or one
     emulated env) has just begun: `draw()` before the first step and every `every`
     steps, up to the episode's end (not after it: the instance has reset by then, and
-    a PettingZoo episode ends when its last agent does, not its first)."""
+    a PettingZoo episode ends when its last agent does, not its first). An emulated
+    env is drawn once more as its episode ends, before its reset (its `before_reset`):
+    the state the episode ended in, a goal reached or a fall, is the GIF's last frame."""
     import numpy as np
     batch.episode_stats(clear=True)
     observations, frames, steps = batch.observations, [draw()], 0
+    if hasattr(batch, "before_reset"):
+        batch.before_reset = lambda: frames.append(draw())
     observe_done = getattr(policy, "observe_done", None)
     while steps < limit:
         actions = np.ascontiguousarray(policy(observations), dtype=batch.actions.dtype)

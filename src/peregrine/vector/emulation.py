@@ -176,6 +176,9 @@ class _Unit:
 
     num_envs = 1
     stat_names = STAT_NAMES
+    # Called (no arguments) when an episode of the wrapped env has ended, before the
+    # env is reset: `peregrine render` draws the episode's last frame there.
+    before_reset = None
 
     def _init_buffers(self, observation_space, action_space, agents_per_env, buffers):
         self.agents_per_env = agents_per_env
@@ -304,6 +307,8 @@ class GymnasiumEmulation(_Unit):
             self._stats.record(self._episode_return + reward,
                                float(self._episode_length + 1))
             self._episode_return, self._episode_length = 0.0, 0
+            if self.before_reset is not None:
+                self.before_reset()
             observation, info = returned(self.env.reset(), 2, "reset", where)
         else:
             self._episode_return += reward
@@ -535,6 +540,8 @@ class PettingZooEmulation(_Unit):
             returns = self._returns[self._took_part]
             self._stats.record(float(returns.mean()) if returns.size else 0.0,
                                float(self._episode_length))
+            if self.before_reset is not None:
+                self.before_reset()
             observations, _infos = returned(self.env.reset(), 2, "reset", self.where)
             self._start_episode(observations)
         return self.observations, self.rewards, self.terminals, self.truncations, {}
