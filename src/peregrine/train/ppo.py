@@ -184,10 +184,8 @@ class Trainer:
         observations, _ = self.env.reset(seed=self._env_seed(config.train.seed))
         self._size_batches(config)
         self._say_action_bounds(config)
+        self._say_unread_images(config)
         critic_width = self._build_policy(config)
-        unread = unread_images(observation_structure(self.env))
-        if unread and config.policy.encoder == "auto" and getattr(self.dist, "rank", 0) == 0:
-            print(f"peregrine train: warning: {unread}", file=sys.stderr, flush=True)
         self._build_rollout(config, observations, critic_width, teacher)
         self._choose_functions(config)
         self._start_counters()
@@ -231,6 +229,13 @@ class Trainer:
                   f"clipped, so it explores little. Rescale the env's actions: env.wrappers = "
                   f"[{{name = \"RescaleAction\", min_action = -1.0, max_action = 1.0}}]",
                   file=sys.stderr, flush=True)
+
+    def _say_unread_images(self, config) -> None:
+        """A warning for pictures the CNN cannot take, read flat by the MLP instead
+        (encoders.unread_images), when the encoder is the automatic choice."""
+        unread = unread_images(observation_structure(self.env))
+        if unread and config.policy.encoder == "auto" and getattr(self.dist, "rank", 0) == 0:
+            print(f"peregrine train: warning: {unread}", file=sys.stderr, flush=True)
 
     def _build_policy(self, config) -> int:
         """The policy, its optimizer and the sampling generator; returns the width of
