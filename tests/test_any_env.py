@@ -398,7 +398,14 @@ def test_eval_render_and_resume_of_an_emulated_run_need_no_env_name(tmp_path):
     assert evaluated["env"] == "gym:CartPole-v1" and evaluated["episodes"] == 3
     assert evaluated["mean"]["episode_length"] <= 50          # the recorded wrapper applies
     out = tmp_path / "episode.gif"
-    _cli("render", "--policy", str(run), "--out", str(out), "--every", "5")
+    headless = {k: v for k, v in os.environ.items()
+                if k not in ("DISPLAY", "WAYLAND_DISPLAY", "XDG_RUNTIME_DIR", "SDL_VIDEODRIVER")}
+    rendered = subprocess.run([sys.executable, "-m", "peregrine.cli", "render", "--policy",
+                               str(run), "--out", str(out), "--every", "5"],
+                              capture_output=True, text=True, cwd=TESTS, timeout=300,
+                              env={**headless, "PYTHONPATH": str(TESTS)})
+    assert rendered.returncode == 0, rendered.stderr
+    assert "XDG_RUNTIME_DIR" not in rendered.stderr       # SDL's line on a headless machine
     from PIL import Image
     assert Image.open(out).n_frames >= 2
     resumed = _cli("train", "--resume", str(run), "--total-steps", "4096", "--detach")
