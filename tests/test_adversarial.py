@@ -452,6 +452,13 @@ def test_resume_with_another_policy_config_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "cannot change policy.hidden_size (64 in the checkpoint, 32 now)" in err, err
     assert "Traceback" not in err
+    # A finished run resumed without more steps: refused (it printed "finished" again and
+    # appended another status line to metrics.jsonl each time).
+    lines = (run / "metrics.jsonl").read_text()
+    assert cli_main(["train", "--resume", str(run), "--detach"]) == 2
+    assert "has trained 256 steps and train.total_steps is 256: nothing is left to train" \
+        in capsys.readouterr().err
+    assert (run / "metrics.jsonl").read_text() == lines
 
 
 def test_resume_with_another_envs_checkpoint_is_refused(tmp_path, capsys):

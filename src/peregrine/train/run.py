@@ -240,6 +240,11 @@ def _train(plan: RunPlan, progress, stop, on_start, dist) -> dict:
         if resume:
             trainer.load_state_dict(state)
             state = None
+            if trainer.done:    # it would log "finished" again and train nothing
+                raise ValueError(f"the run in {str(run_dir)!r} has trained "
+                                 f"{trainer.global_step:,} steps and train.total_steps is "
+                                 f"{t.total_steps:,}: nothing is left to train; resume with a "
+                                 f"larger --total-steps")
         if main:
             # On resume the logs are cut back to the checkpoint: updates logged
             # after it are redone and logged again.
