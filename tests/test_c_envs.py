@@ -122,6 +122,26 @@ def test_a_header_missing_part_of_the_contract_says_which(cache, cartpole_copy, 
     assert "see pg_env.h" in str(caught.value)
 
 
+@pytest.mark.parametrize("change, message", [
+    # writes 4 floats a row into rows of 3: it overran the NumPy buffer (a crash, or
+    # silently corrupted memory) before check_env could say anything
+    (("pg->obs_dim = 4;", "pg->obs_dim = 3;"), "wrote past the end of the observations buffer"),
+    (("pg->obs_dim = 4;", "pg->obs_dim = 5;"), "reset left observations unwritten"),
+    (("memcpy(final_obs + 4 * (size_t)i, obs + 4 * (size_t)i, 4 * sizeof(float));", ""),
+     "a row that ended must have its final observation written"),
+])
+def test_check_env_catches_rows_written_wrong(cache, cartpole_copy, change, message):
+    """Mistakes nothing caught before: training ran on garbage (or crashed) silently."""
+    from peregrine.envs import check_env
+    from peregrine.envs.check import EnvContractError
+    text = cartpole_copy.read_text()
+    assert change[0] in text
+    cartpole_copy.write_text(text.replace(change[0], change[1]))
+    registry.load(cartpole_copy, name="my_cartpole")
+    with pytest.raises(EnvContractError, match=message):
+        check_env("my_cartpole")
+
+
 def test_no_c_compiler_is_one_line(cache, cartpole_copy, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")

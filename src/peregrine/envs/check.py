@@ -22,7 +22,12 @@ every rule holds. The rules are the ones `envs/native/pg_env.h` and docs/environ
   out of range"); NaN, inf and +-1e30 continuous actions keep everything finite;
 * `instance_stats` splits `episode_stats` by instance (stepped until an episode
   ends, within a bound), and reading the aggregate with clear=True clears both;
-* `get_state`/`set_state` round-trip, where the batch has them.
+* `get_state`/`set_state` round-trip, where the batch has them;
+* for a registered env or a NativeEnv, a batch on buffers of the check's own (each
+  followed by a guard of known bytes, observations first filled with NaN) writes every
+  observation column at reset, nothing past any buffer's end (an obs_dim smaller than
+  what a row gets, or rows outside [start, end)), and a final observation for every row
+  that ended, over as many steps as episodes take to end (within a bound).
 
 The test suite runs it on every registered env (tests/test_env_contract.py); write a
 new env, then run it before anything else.
@@ -82,6 +87,8 @@ def _same(a, b) -> bool:
 def check_env(env: str | Any, steps: int = STEPS) -> None:
     """Checks a registered env (by name) or a batch against the contract."""
     factory = _factory(env)
+    if factory is not None:     # first: a row overrun lands in the check's own guards
+        _check_writes(_env_class(env), getattr(env, "config", {}), factory)
     batch = factory(NUM_ENVS, 0, 1) if isinstance(env, str) else env
     try:
         _check_spaces_and_step(batch)
@@ -96,15 +103,16 @@ def check_env(env: str | Any, steps: int = STEPS) -> None:
 
 
 def _factory(env):
-    """(num_envs, seed, num_threads) -> a fresh batch like `env`, or None."""
+    """(num_envs, seed, num_threads, **make's keywords such as buffers=) -> a fresh
+    batch like `env`, or None."""
     from .registry import make
     from .native.batch import NativeEnv
     if isinstance(env, str):
-        return lambda num_envs, seed, threads: make(env, num_envs=num_envs, seed=seed,
-                                                    num_threads=threads)
+        return lambda num_envs, seed, threads, **more: make(
+            env, num_envs=num_envs, seed=seed, num_threads=threads, **more)
     if isinstance(env, NativeEnv):
-        return lambda num_envs, seed, threads: type(env)(num_envs=num_envs, seed=seed,
-                                                         num_threads=threads, **env.config)
+        return lambda num_envs, seed, threads, **more: type(env)(
+            num_envs=num_envs, seed=seed, num_threads=threads, **env.config, **more)
     return None
 
 
@@ -253,3 +261,70 @@ def _check_state(env) -> None:
     env.set_state(env.num_envs - 1, state)
     _require(np.array_equal(np.asarray(env.get_state(env.num_envs - 1)), state),
              "set_state then get_state must return the same state")
+
+
+GUARD_BYTES = 256       # known bytes after each buffer of the write check
+GUARD_BYTE = 0xA5
+
+
+def _env_class(env):
+    from .native.batch import NativeEnv
+    from .registry import env_class
+    return type(env) if isinstance(env, NativeEnv) else env_class(env)
+
+
+def _guarded_buffers(layout) -> tuple[dict, dict]:
+    """Buffers of `layout` (name -> (shape, dtype)), each the head of a larger array
+    whose tail (the guard) holds GUARD_BYTE; float observation buffers start as NaN
+    (unwritten)."""
+    buffers, guards = {}, {}
+    for name, (shape, dtype) in layout.items():
+        size = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        storage = np.full(size + GUARD_BYTES, GUARD_BYTE, np.uint8)
+        array = storage[:size].view(dtype).reshape(shape)
+        if name in ("observations", "final_observations") and dtype.kind == "f":
+            array[...] = np.nan
+        buffers[name], guards[name] = array, storage[size:]
+    return buffers, guards
+
+
+def _check_writes(cls, config: dict, factory) -> None:
+    buffers, guards = _guarded_buffers(cls.buffer_layout(NUM_ENVS, **config))
+
+    def guards_intact(when: str) -> None:
+        for name, guard in guards.items():
+            _require((guard == GUARD_BYTE).all(),
+                     f"{when} wrote past the end of the {name} buffer: an observation row "
+                     f"longer than obs_dim (obs_dim must count every value a row gets), or "
+                     f"rows outside the instances [start, end) it was given")
+    # Made on the check's buffers; the make fills every row (its reset) before returning.
+    twin = factory(NUM_ENVS, 7, 1, buffers=buffers)
+    try:
+        guards_intact("reset")
+        floats = twin.observations.dtype.kind == "f"
+        if floats:
+            unwritten = np.argwhere(np.isnan(twin.observations))
+            if unwritten.size:
+                row, column = unwritten[0]
+                raise EnvContractError(
+                    f"reset left observations unwritten (row {row}, column {column} is "
+                    f"still the NaN the check's buffer started as): obs_dim must count only "
+                    f"the values env_reset and env_step write to a row")
+        actions = _actions(twin, 50, seed=8)
+        for step in range(STATS_MAX_STEPS):
+            if floats:
+                twin.final_observations[...] = np.nan
+            _, _, terminals, truncations, _ = twin.step(actions[step % len(actions)])
+            guards_intact("step")
+            _require(not (terminals & truncations).any(),
+                     "a row must not be terminal and truncated at once")
+            ended = terminals | truncations
+            if floats and ended.any():
+                _require(not np.isnan(twin.final_observations[ended]).any(),
+                         "a row that ended must have its final observation written into "
+                         "final_observations (the observation it ended on) before the "
+                         "instance resets")
+            if step >= 200 and ended.any():
+                break
+    finally:
+        twin.close()

@@ -284,8 +284,7 @@ class NativeEnv:
         self.single_action_space = self.make_action_space(dims)
         self._action_shape = (self.num_agents, *self.single_action_space.shape)
         self._action_dtype = self.single_action_space.dtype
-        layout = Buffers.layout(self.num_agents, self.obs_dim, dims["obs_dtype"],
-                                self.single_action_space.shape, self._action_dtype)
+        layout = self._layout(self.num_agents, dims)
         self.buffers = Buffers.allocate(layout) if buffers is None else Buffers.check(buffers, layout)
         # After the buffers: batch_space allocates bounds of the batch's size too.
         self.observation_space = batch_space(self.single_observation_space, self.num_agents)
@@ -367,6 +366,24 @@ class NativeEnv:
         low = np.broadcast_to(np.asarray(low, np.float32), (self.obs_dim,))
         high = np.broadcast_to(np.asarray(high, np.float32), (self.obs_dim,))
         return spaces.Box(low, high, (self.obs_dim,), np.float32)
+
+    @staticmethod
+    def _layout(num_agents: int, dims: dict) -> dict:
+        # The action buffer's shape and dtype are the C kind's (NativeEnv's own space; a
+        # subclass's override changes only its bounds, as Pendulum's torque).
+        action_space = NativeEnv.make_action_space(dims)
+        return Buffers.layout(num_agents, dims["obs_dim"], dims["obs_dtype"],
+                              action_space.shape, action_space.dtype)
+
+    @classmethod
+    def buffer_layout(cls, num_envs: int = 1, preset: str = "default", **config: Any) -> dict:
+        """name -> (shape, dtype) of every buffer a batch of `num_envs` instances of this
+        config holds (what `buffers=` must give), without making the batch: its C
+        env_init sizes them, and no reset or step runs."""
+        resolved = cls.resolve_config(cls.config_with_preset(preset, config))
+        dims = cls.native_module.describe([float(resolved[name])
+                                           for name in cls.config_field_names()])
+        return cls._layout(int(num_envs) * dims["agents_per_env"], dims)
 
     @staticmethod
     def make_action_space(dims):
