@@ -158,4 +158,7 @@ def main(names):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or peregrine.list_envs())
+    # The shipped envs: a plugin another test installs for a moment (the scaffold's,
+    # tests/test_c_envs.py) may be listed and not be importable here.
+    from peregrine.envs.registry import BUILT_IN
+    main(sys.argv[1:] or sorted(BUILT_IN))

@@ -142,6 +142,29 @@ def test_check_env_catches_rows_written_wrong(cache, cartpole_copy, change, mess
         check_env("my_cartpole")
 
 
+@pytest.mark.parametrize("change, error, message", [
+    # a kind past the binding's tables was read out of bounds ("element format 'f'")
+    (("pg->action_kind = PG_ACTION_DISCRETE;", "pg->action_kind = 3;"), RuntimeError,
+     r"env_init set pg.action_kind \(a PG_ACTION_\* value\) to 3"),
+    (("pg->action_nvec[0] = 2;", "pg->action_nvec[0] = 0;"), RuntimeError,
+     r"env_init set pg.action_nvec\[i\] \(choices, >= 1\) to 0"),
+    (("pg->agents_per_env = 1;", "pg->agents_per_env = 0;"), RuntimeError,
+     r"env_init set pg.agents_per_env \(>= 1\) to 0"),
+    (("PgBatch *pg = &env->pg;\n    pg->obs_dim = 4;", "PgBatch *pg = &env->pg;\n    "
+      "if (env) return -1;\n    pg->obs_dim = 4;"), ValueError,
+     "env_init returned -1 without a message"),
+])
+def test_what_env_init_sets_wrong_is_named(cache, cartpole_copy, change, error, message):
+    """It was "env_init produced invalid dimensions" or "invalid config", whichever
+    field it was."""
+    text = cartpole_copy.read_text()
+    assert change[0] in text
+    cartpole_copy.write_text(text.replace(change[0], change[1]))
+    registry.load(cartpole_copy, name="my_cartpole")
+    with pytest.raises(error, match=message):
+        peregrine.make("my_cartpole")
+
+
 def test_no_c_compiler_is_one_line(cache, cartpole_copy, monkeypatch):
     monkeypatch.setenv("CC", "no-such-compiler")
     monkeypatch.setenv("PATH", "")

@@ -482,7 +482,10 @@ static Env *pg_env_new(const double *config, int num_envs) {
     env->pg.num_stats = PG_NUM_STATS;
     char err[512] = {0};
     if (env_init(env, config, err, sizeof(err)) != 0) {
-        PyErr_SetString(PyExc_ValueError, err[0] ? err : "invalid config");
+        PyErr_SetString(PyExc_ValueError,
+                        err[0] ? err
+                               : "invalid config (env_init returned -1 without a message: "
+                                 "it should write one into err, naming the field)");
         pg_env_delete(env);
         return NULL;
     }
@@ -492,9 +495,23 @@ static Env *pg_env_new(const double *config, int num_envs) {
 #else
     const int bad_state = pg->state_dim != 0;
 #endif
-    if (pg->obs_dim < 1 || pg->agents_per_env < 1 || pg->action_dim < 1 ||
-        pg->action_dim > PG_MAX_ACTION_DIM || bad_state) {
-        PyErr_SetString(PyExc_RuntimeError, "env_init produced invalid dimensions");
+    /* What env_init set, checked field by field, so the error names the one that is
+     * wrong (a bad action_kind would index the binding's tables out of bounds). */
+    const char *bad = NULL;
+    long value = 0;
+    if (pg->obs_dim < 1) bad = "obs_dim (>= 1)", value = pg->obs_dim;
+    else if (pg->agents_per_env < 1) bad = "agents_per_env (>= 1)", value = pg->agents_per_env;
+    else if (pg->action_kind < PG_ACTION_DISCRETE || pg->action_kind > PG_ACTION_CONTINUOUS)
+        bad = "action_kind (a PG_ACTION_* value)", value = pg->action_kind;
+    else if (pg->action_dim < 1 || pg->action_dim > PG_MAX_ACTION_DIM)
+        bad = "action_dim (1..PG_MAX_ACTION_DIM)", value = pg->action_dim;
+    else if (bad_state)
+        bad = "state_dim (> 0 with ENV_GLOBAL_STATE, else 0)", value = pg->state_dim;
+    else if (pg->action_kind != PG_ACTION_CONTINUOUS)
+        for (int i = 0; i < pg->action_dim && !bad; i++)
+            if (pg->action_nvec[i] < 1) bad = "action_nvec[i] (choices, >= 1)", value = pg->action_nvec[i];
+    if (bad) {
+        PyErr_Format(PyExc_RuntimeError, "env_init set pg.%s to %ld (see pg_env.h)", bad, value);
         pg_env_delete(env);
         return NULL;
     }
