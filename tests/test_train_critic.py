@@ -172,6 +172,9 @@ def test_the_actor_ignores_the_state_and_heads_need_it():
 @pytest.mark.parametrize("env, overrides, message", [
     ("cartpole", [], "needs an env batch that writes a global state"),
     ("drone_swarm", [("vec.backend", "serial")], "needs an env batch that writes a global state"),
+    # vec.backend "auto" used to pick multiprocessing for it, and the refusal then named
+    # that setting, which the user never set
+    ("any_env_toys:tag_parallel_env", [], "needs .* PettingZoo's state\\(\\) is not read"),
 ])
 def test_envs_without_a_global_state_are_refused_by_name(env, overrides, message):
     config = load_config(env, overrides=[("policy.critic", "global"), ("vec.num_envs", 2),

@@ -486,8 +486,10 @@ def resolve_auto(config: Config) -> None:
         from ..vector.sources import kind_of
         vector = not config.is_native and config.env_factory is None \
             and kind_of(config.env_name) == "gymnasium_vector"
+        # (a centralised critic reads the batch's own state buffers: one process)
         v.backend = "native" if config.is_native else \
-            "serial" if config.train.overlap or vector else "multiprocessing"
+            "serial" if config.train.overlap or vector or config.policy.critic != "local" \
+            else "multiprocessing"
     if v.num_workers == "auto":
         if v.backend != "multiprocessing":
             v.num_workers = 1

@@ -36,7 +36,9 @@ def global_state_width(env, kind: str) -> int:
     if not state_dim:
         raise ValueError(f"policy.critic = {kind!r} needs an env batch that writes a global "
                          f"state (env.enable_states(), e.g. DroneSwarm on vec.backend native "
-                         f"or device); this env has none: use policy.critic = 'local'")
+                         f"or device); this env has none (a Gymnasium or PettingZoo env gives "
+                         f"none: PettingZoo's state() is not read; a batch of your own can, "
+                         f"with the GlobalState protocol): use policy.critic = 'local'")
     return state_dim + (int(env.agents_per_env) if kind == "global" else 0)
 
 

@@ -92,7 +92,11 @@ class BulkState(Protocol):
 @runtime_checkable
 class GlobalState(Protocol):
     """A global state per instance for a centralised critic (`state_dim` > 0 when
-    the env defines one)."""
+    the env defines one). After `enable_states()` the batch also holds `states`
+    (float32 [num_envs, state_dim], written at every reset and step) and
+    `final_states` (the state each instance's episode ended on, for the rows that
+    just ended), beside `num_envs` and `agents_per_env`: what train/critic_states.py
+    reads."""
 
     state_dim: int
 
