@@ -246,6 +246,12 @@ def test_a_pettingzoo_module_by_name(tmp_path):
         ("train.total_steps", 2 * 64 * 4), ("train.horizon", 64),
         ("train.minibatch_size", 128)], tmp_path / "run")
     assert summary["global_step"] == 512 and summary["episodes"] >= 1
+    # Gymnasium wrappers on a PettingZoo env: the way to wrap one instead
+    factory = EnvFactory("pettingzoo:butterfly.knights_archers_zombies_v11", {},
+                         ["NormalizeObservation"])
+    with pytest.raises(EnvSourceError, match="not a gymnasium.Env: wrap a PettingZoo env in a "
+                                             "factory of your own .*SuperSuit"):
+        factory()
 
 
 # ---- encoders ------------------------------------------------------------------------

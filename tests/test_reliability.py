@@ -493,6 +493,31 @@ def test_pictures_the_cnn_cannot_take_are_named(capsys, shape, warned):
     assert (f"the observation of shape {shape} is read flat by the MLP" in err) == warned, err
 
 
+@pytest.mark.parametrize("shape, warned", [((210, 160, 3), True), ((84, 84, 4), False)])
+def test_an_encoder_too_large_to_train_quickly_is_named(capsys, shape, warned):
+    """Cooperative pong's 280 x 480 frames made a 57M-parameter CNN (7 steps a second)
+    without a word; raw Atari frames give 11.6M, 84 x 84 ones 1.7M."""
+    import gymnasium
+    from gymnasium import spaces
+
+    class Frames(gymnasium.Env):
+        observation_space = spaces.Box(0, 255, shape, np.uint8)
+        action_space = spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(shape, np.uint8), {}
+
+        def step(self, action):
+            return np.zeros(shape, np.uint8), 0.0, False, False, {}
+    config = load_config(Frames, overrides=[
+        ("vec.num_envs", 1), ("train.horizon", 4), ("train.minibatch_size", 4),
+        ("train.total_steps", 4), ("vec.backend", "serial")])
+    Trainer(config).close()
+    err = capsys.readouterr().err
+    assert ("the observation encoder has 11.6M parameters (a CNN over images of (210, 160, 3))"
+            in err) == warned, err
+
+
 # ---- case 8: advice a CLI user can follow ------------------------------------------------------
 
 def test_too_many_workers_names_the_config_key(tmp_path, capsys):

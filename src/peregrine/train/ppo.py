@@ -97,6 +97,11 @@ from .resources import ResourceProbe, merge_ranks
 from .storage import RolloutStorage
 
 
+# More observation-encoder parameters than this are named at the start (_say_large_encoder):
+# the Nature CNN on 84 x 84 frames has 1.7M, on 280 x 480 x 3 ones 57M.
+LARGE_ENCODER = 10_000_000
+
+
 def resolve_device(name: str) -> torch.device:
     """train.device as a torch.device; CUDA always with its index, as the device
     batch names it (envs/gpu/batch.py, `with_cuda_index`)."""
@@ -186,6 +191,7 @@ class Trainer:
         self._say_action_bounds(config)
         self._say_unread_images(config)
         critic_width = self._build_policy(config)
+        self._say_large_encoder()
         self._build_rollout(config, observations, critic_width, teacher)
         self._choose_functions(config)
         self._start_counters()
@@ -236,6 +242,23 @@ class Trainer:
         unread = unread_images(observation_structure(self.env))
         if unread and config.policy.encoder == "auto" and getattr(self.dist, "rank", 0) == 0:
             print(f"peregrine train: warning: {unread}", file=sys.stderr, flush=True)
+
+    def _say_large_encoder(self) -> None:
+        """A warning for an observation encoder of more than LARGE_ENCODER parameters:
+        a CNN over big frames (PettingZoo's cooperative pong, 280 x 480 x 3, gave the
+        Nature CNN 57M parameters: 7 steps a second and a 684 MB checkpoint)."""
+        encoder = self.policy.observation_encoder
+        if encoder is None or getattr(self.dist, "rank", 0) != 0:
+            return
+        count = sum(parameter.numel() for parameter in encoder.parameters())
+        if count > LARGE_ENCODER:
+            images = [part.shape for part in encoder.parts if hasattr(part, "convolutions")]
+            print(f"peregrine train: warning: the observation encoder has {count / 1e6:.1f}M "
+                  f"parameters{f' (a CNN over images of {images[0]})' if images else ''}: "
+                  f"updates will be slow and checkpoints large. Downsample the frames first: "
+                  f"env.wrappers = [{{name = \"ResizeObservation\", shape = [84, 84]}}] for "
+                  f"a Gymnasium env (needs OpenCV), a factory with SuperSuit's resize_v1 for a "
+                  f"PettingZoo one", file=sys.stderr, flush=True)
 
     def _build_policy(self, config) -> int:
         """The policy, its optimizer and the sampling generator; returns the width of

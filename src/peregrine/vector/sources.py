@@ -303,8 +303,13 @@ class EnvFactory:
         if self.wrappers and self.kind != "gymnasium_vector":   # that one wraps each env
             from gymnasium import Env
             if not isinstance(env, Env):
-                raise EnvSourceError(f"env {self.__name__!r}: env.wrappers are Gymnasium "
-                                     f"wrappers, but the env is a {type(env).__name__}")
+                pettingzoo = self.kind == "pettingzoo" or hasattr(env, "possible_agents")
+                raise EnvSourceError(
+                    f"env {self.__name__!r}: env.wrappers are Gymnasium wrappers, but the "
+                    f"env is {type(env).__name__}, not a gymnasium.Env"
+                    + (": wrap a PettingZoo env in a factory of your own (module:function, "
+                       "e.g. with SuperSuit's resize_v1 or color_reduction_v0)"
+                       if pettingzoo else ""))
             from gymnasium.error import DependencyNotInstalled
             for wrapper in self.wrappers:
                 cls, kwargs = resolve_wrapper(wrapper)
