@@ -364,6 +364,6 @@ def format_progress(record: dict) -> str:
     losses = record["losses"]
     updates = f"{record['updates']}/{record['total_updates']}"
     return (f"update {updates:>9} | step {record['global_step']:>11,} | "
-            f"{record['sps']:>10,.0f} SPS | return {ret_text} | length {len_text} | "
+            f"{record['sps']:>10,.0f} SPS | recent return {ret_text} | length {len_text} | "
             f"value loss {losses['value_loss']:8.3f} | kl {losses['approx_kl']:.4f} | "
             f"{time.strftime('%H:%M:%S')}")
