@@ -524,3 +524,17 @@ def test_render_size_scales_every_envs_frames_and_is_checked(tmp_path, capsys):
         with pytest.raises(SystemExit):
             cli_main(["render", "cartpole", "--out", str(out), "--size", bad])
         assert f"--size: must be an int in [32, 2048], got '{bad}'" in capsys.readouterr().err
+
+
+def test_render_samples_a_checkpoints_actions_as_eval_can(tmp_path, capsys):
+    """render had no --sample: a policy scored with `eval --sample` could only be drawn
+    taking its most likely actions."""
+    run = tmp_path / "run"
+    assert cli_main(["train", "cartpole", "--detach", "--run-dir", str(run), "--total-steps",
+                     "256", "--vec.num-envs", "8"]) == 0
+    out = tmp_path / "episode.gif"
+    assert cli_main(["render", "--policy", str(run), "--out", str(out), "--sample",
+                     "--steps", "6"]) == 0
+    assert out.is_file()
+    assert cli_main(["render", "cartpole", "--out", str(out), "--sample"]) == 2
+    assert "sampling actions applies to a checkpoint's policy" in capsys.readouterr().err

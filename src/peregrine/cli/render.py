@@ -43,6 +43,10 @@ def add_arguments(parser):
                         help="the frame's longer side in pixels, 32-2048 (default: the "
                              "env's own drawing size)")
     parser.add_argument("--frame-ms", type=int, default=80, help="milliseconds per frame")
+    parser.add_argument("--sample", action="store_true",
+                        help="a checkpoint's policy samples its actions (seeded by --seed), "
+                             "as `peregrine eval --sample` scores it, instead of taking the "
+                             "most likely one")
     add_world_arguments(parser)
 
 
@@ -77,7 +81,7 @@ def run(args) -> int:
     env = make(args.env, num_envs=1, seed=args.seed, **world["kwargs"])
     try:
         policy = make_policy(args.env, args.policy, env, seed=args.seed,
-                             check_world=not world["explicit"])
+                             check_world=not world["explicit"], sample=args.sample)
         if not hasattr(renderer, "render_episode"):
             return _frames_of_native(env, policy, module, args)
         from ..files import written_atomically
@@ -171,7 +175,7 @@ def _run_emulated(args) -> int:
             return frame[0] if frame else None      # a vector env draws one frame per env
         return frame
     try:
-        policy = make_policy(args.env, args.policy, unit, seed=args.seed)
+        policy = make_policy(args.env, args.policy, unit, seed=args.seed, sample=args.sample)
         frames, steps = _episode_frames(unit, policy, draw, args.every,
                                         args.steps or 1_000_000)
         stats = unit.episode_stats(clear=True)
