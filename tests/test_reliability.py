@@ -452,18 +452,41 @@ def test_a_minibatch_larger_than_the_batch_is_named(capsys):
     assert "train.minibatch_size (512)" in err and "32" in err, err
 
 
+def _start_warnings(capsys, factory, num_envs: int = 2, horizon: int = 8) -> str:
+    """What a Trainer of `factory`'s env says on stderr as it starts (a tiny serial run)."""
+    config = load_config(factory, overrides=[
+        ("vec.num_envs", num_envs), ("train.horizon", horizon),
+        ("train.minibatch_size", num_envs * horizon),
+        ("train.total_steps", num_envs * horizon), ("vec.backend", "serial")])
+    Trainer(config).close()
+    return capsys.readouterr().err
+
+
+def _frames(shape):
+    """A Gymnasium env class whose observations are uint8 Boxes of `shape`."""
+    import gymnasium
+    from gymnasium import spaces
+
+    class Frames(gymnasium.Env):
+        observation_space = spaces.Box(0, 255, shape, np.uint8)
+        action_space = spaces.Discrete(2)
+
+        def reset(self, *, seed=None, options=None):
+            return np.zeros(shape, np.uint8), {}
+
+        def step(self, action):
+            return np.zeros(shape, np.uint8), 0.0, False, False, {}
+    return Frames
+
+
 @pytest.mark.parametrize("low, high, warned", [(0.0, 10.0, True), (-2.0, 2.0, False),
                                               (-1.0, 1.0, False), (-100.0, 100.0, True)])
 def test_box_actions_far_from_the_gaussian_start_are_named(capsys, low, high, warned):
     """Pendulum's torque given in [0, 10] trained with half its actions clipped to 0 and
     the top of the range never tried, without a word."""
     import gymnasium
-    config = load_config(lambda: gymnasium.wrappers.RescaleAction(
-        gymnasium.make("Pendulum-v1"), low, high), overrides=[
-            ("vec.num_envs", 2), ("train.horizon", 8), ("train.minibatch_size", 16),
-            ("train.total_steps", 16), ("vec.backend", "serial")])
-    Trainer(config).close()
-    err = capsys.readouterr().err
+    err = _start_warnings(capsys, lambda: gymnasium.wrappers.RescaleAction(
+        gymnasium.make("Pendulum-v1"), low, high))
     assert ("the Box action space's bounds" in err) == warned, err
     if warned:
         assert f"[{low:g}, {high:g}] (component 0)" in err and '"RescaleAction"' in err
@@ -473,47 +496,15 @@ def test_box_actions_far_from_the_gaussian_start_are_named(capsys, low, high, wa
                                            ((4, 40, 40), False), ((40, 40, 3), False)])
 def test_pictures_the_cnn_cannot_take_are_named(capsys, shape, warned):
     """A stack of keep_dim grayscale frames trained an MLP over every pixel, silently."""
-    import gymnasium
-    from gymnasium import spaces
-
-    class Frames(gymnasium.Env):
-        observation_space = spaces.Box(0, 255, shape, np.uint8)
-        action_space = spaces.Discrete(2)
-
-        def reset(self, *, seed=None, options=None):
-            return np.zeros(shape, np.uint8), {}
-
-        def step(self, action):
-            return np.zeros(shape, np.uint8), 0.0, False, False, {}
-    config = load_config(Frames, overrides=[
-        ("vec.num_envs", 2), ("train.horizon", 8), ("train.minibatch_size", 16),
-        ("train.total_steps", 16), ("vec.backend", "serial")])
-    Trainer(config).close()
-    err = capsys.readouterr().err
+    err = _start_warnings(capsys, _frames(shape))
     assert (f"the observation of shape {shape} is read flat by the MLP" in err) == warned, err
 
 
 @pytest.mark.parametrize("shape, warned", [((210, 160, 3), True), ((84, 84, 4), False)])
 def test_an_encoder_too_large_to_train_quickly_is_named(capsys, shape, warned):
-    """Cooperative pong's 280 x 480 frames made a 57M-parameter CNN (7 steps a second)
-    without a word; raw Atari frames give 11.6M, 84 x 84 ones 1.7M."""
-    import gymnasium
-    from gymnasium import spaces
-
-    class Frames(gymnasium.Env):
-        observation_space = spaces.Box(0, 255, shape, np.uint8)
-        action_space = spaces.Discrete(2)
-
-        def reset(self, *, seed=None, options=None):
-            return np.zeros(shape, np.uint8), {}
-
-        def step(self, action):
-            return np.zeros(shape, np.uint8), 0.0, False, False, {}
-    config = load_config(Frames, overrides=[
-        ("vec.num_envs", 1), ("train.horizon", 4), ("train.minibatch_size", 4),
-        ("train.total_steps", 4), ("vec.backend", "serial")])
-    Trainer(config).close()
-    err = capsys.readouterr().err
+    """Cooperative pong's 280 x 480 frames made a 57M-parameter CNN without a word; raw
+    Atari frames give 11.6M, 84 x 84 ones 1.7M."""
+    err = _start_warnings(capsys, _frames(shape), num_envs=1, horizon=4)
     assert ("the observation encoder has 11.6M parameters (a CNN over images of (210, 160, 3))"
             in err) == warned, err
 

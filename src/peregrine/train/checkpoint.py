@@ -445,20 +445,16 @@ def _check_batch(env: Any) -> None:
     """TypeError unless `env` is a batch whose rows the policy reads: a Peregrine env
     (its observations flattened into rows), or a vector env of flat spaces."""
     from .policy import describe_space
-    space = getattr(env, "single_observation_space", None)
-    flat = space is not None
-    if flat:
-        try:
-            describe_space(space)
-            describe_space(env.single_action_space)
-        except (ValueError, AttributeError):
-            flat = False
-    if not flat:
+    try:
+        describe_space(env.single_observation_space)
+        describe_space(env.single_action_space)
+    except (ValueError, AttributeError):
         raise TypeError(
             f"load_actor needs the env as a batch of flat rows, got {type(env).__name__}: "
             f"make_trained_env(path) rebuilds the checkpoint's env, and "
             f"peregrine.vector.make(lambda: YourEnv(), num_envs=N) wraps a Gymnasium or "
-            f"PettingZoo env (its Dict/Tuple observations become the rows the policy reads)")
+            f"PettingZoo env (its Dict/Tuple observations become the rows the policy reads)"
+        ) from None
 
 
 def build_obs_normalizer(payload: dict, policy: Policy,

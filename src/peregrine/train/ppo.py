@@ -203,24 +203,29 @@ class Trainer:
         self.rows = rows = int(env.num_agents)
         self.horizon = t.horizon
         self.batch_size = rows * t.horizon
-        if t.minibatch_size > self.batch_size and getattr(self.dist, "rank", 0) == 0:
+        if t.minibatch_size > self.batch_size:
             # Accepted (each epoch is then one gradient step on the whole batch), but said.
-            print(f"peregrine train: warning: train.minibatch_size ({t.minibatch_size}) is "
-                  f"larger than the batch ({self.batch_size} samples: {rows} rows x "
-                  f"train.horizon {t.horizon}); each epoch is one gradient step on the whole "
-                  f"batch. Set train.minibatch_size to at most {self.batch_size}, or raise "
-                  f"vec.num_envs or train.horizon", file=sys.stderr, flush=True)
+            self._say(f"train.minibatch_size ({t.minibatch_size}) is larger than the batch "
+                      f"({self.batch_size} samples: {rows} rows x train.horizon {t.horizon}); "
+                      f"each epoch is one gradient step on the whole batch. Set "
+                      f"train.minibatch_size to at most {self.batch_size}, or raise "
+                      f"vec.num_envs or train.horizon")
         # dist hook: total_steps and global_step count the samples of every rank.
         self.world_size = 1 if self.dist is None else self.dist.world_size
         self.global_batch_size = self.batch_size * self.world_size
         self.total_updates = max(1, math.ceil(t.total_steps / self.global_batch_size))
+
+    def _say(self, warning: str) -> None:
+        """A warning about the run's setup, on stderr, once (rank 0's)."""
+        if getattr(self.dist, "rank", 0) == 0:
+            print(f"peregrine train: warning: {warning}", file=sys.stderr, flush=True)
 
     def _say_action_bounds(self, config) -> None:
         """A warning for Box actions whose bounds are far from the Gaussian head's start
         (mean 0, std exp(policy.init_log_std)): actions outside the bounds are clipped,
         so a space such as [0, 10] clips about half of them to 0 and explores little."""
         space = self.env.single_action_space
-        if describe_space(space)["kind"] != "box" or getattr(self.dist, "rank", 0) != 0:
+        if describe_space(space)["kind"] != "box":
             return
         low, high = space.low.astype(np.float64), space.high.astype(np.float64)
         finite = np.isfinite(low) & np.isfinite(high)
@@ -228,37 +233,36 @@ class Trainer:
         odd = finite & ((np.abs(centre) > half / 2) | (half < 0.25) | (half > 20))
         if odd.any():
             index = int(np.flatnonzero(odd)[0])
-            print(f"peregrine train: warning: the Box action space's bounds "
-                  f"[{low[index]:g}, {high[index]:g}] (component {index}) are far from where "
-                  f"the Gaussian policy starts (mean 0, std "
-                  f"{math.exp(config.policy.init_log_std):.3g}); actions outside them are "
-                  f"clipped, so it explores little. Rescale the env's actions: env.wrappers = "
-                  f"[{{name = \"RescaleAction\", min_action = -1.0, max_action = 1.0}}]",
-                  file=sys.stderr, flush=True)
+            self._say(f"the Box action space's bounds [{low[index]:g}, {high[index]:g}] "
+                      f"(component {index}) are far from where the Gaussian policy starts "
+                      f"(mean 0, std {math.exp(config.policy.init_log_std):.3g}); actions "
+                      f"outside them are clipped, so it explores little. Rescale the env's "
+                      f"actions: env.wrappers = [{{name = \"RescaleAction\", min_action = "
+                      f"-1.0, max_action = 1.0}}]")
 
     def _say_unread_images(self, config) -> None:
         """A warning for pictures the CNN cannot take, read flat by the MLP instead
         (encoders.unread_images), when the encoder is the automatic choice."""
         unread = unread_images(observation_structure(self.env))
-        if unread and config.policy.encoder == "auto" and getattr(self.dist, "rank", 0) == 0:
-            print(f"peregrine train: warning: {unread}", file=sys.stderr, flush=True)
+        if unread and config.policy.encoder == "auto":
+            self._say(unread)
 
     def _say_large_encoder(self) -> None:
         """A warning for an observation encoder of more than LARGE_ENCODER parameters:
-        a CNN over big frames (PettingZoo's cooperative pong, 280 x 480 x 3, gave the
-        Nature CNN 57M parameters: 7 steps a second and a 684 MB checkpoint)."""
+        a CNN over big frames (PettingZoo's cooperative pong, 280 x 480 x 3, gives the
+        Nature CNN 57M parameters)."""
         encoder = self.policy.observation_encoder
-        if encoder is None or getattr(self.dist, "rank", 0) != 0:
+        if encoder is None:
             return
         count = sum(parameter.numel() for parameter in encoder.parameters())
         if count > LARGE_ENCODER:
             images = [part.shape for part in encoder.parts if hasattr(part, "convolutions")]
-            print(f"peregrine train: warning: the observation encoder has {count / 1e6:.1f}M "
-                  f"parameters{f' (a CNN over images of {images[0]})' if images else ''}: "
-                  f"updates will be slow and checkpoints large. Downsample the frames first: "
-                  f"env.wrappers = [{{name = \"ResizeObservation\", shape = [84, 84]}}] for "
-                  f"a Gymnasium env (needs OpenCV), a factory with SuperSuit's resize_v1 for a "
-                  f"PettingZoo one", file=sys.stderr, flush=True)
+            self._say(f"the observation encoder has {count / 1e6:.1f}M parameters"
+                      f"{f' (a CNN over images of {images[0]})' if images else ''}: updates "
+                      f"will be slow and checkpoints large. Downsample the frames first: "
+                      f"env.wrappers = [{{name = \"ResizeObservation\", shape = [84, 84]}}] "
+                      f"for a Gymnasium env (needs OpenCV), a factory with SuperSuit's "
+                      f"resize_v1 for a PettingZoo one")
 
     def _build_policy(self, config) -> int:
         """The policy, its optimizer and the sampling generator; returns the width of
