@@ -140,6 +140,20 @@ def test_cli_plain_progress_lines(tmp_path, capsys):
     assert len(lines) == 4 and "SPS" in lines[0]
 
 
+def test_python_train_prints_progress_lines_only_when_asked(tmp_path, capsys):
+    from peregrine.train import train
+    config = load_config("cartpole", overrides=[("train.total_steps", 2048),
+                                                ("vec.num_envs", 8),
+                                                ("train.progress_interval", 2),
+                                                ("train.tensorboard", False)])
+    train(config, tmp_path / "quiet")
+    assert capsys.readouterr().out == ""
+    train(config, tmp_path / "told", progress=True)
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == 4 and all(line.startswith("update") and "SPS" in line
+                                   for line in lines)
+
+
 @pytest.mark.parametrize("argv, message", [
     (["train", "cartpole", "--train.nope", "1"], "unknown config key train.nope"),
     (["train", "nosuchenv"], "unknown env 'nosuchenv'"),

@@ -156,9 +156,6 @@ def run(args) -> int:
             child["process"] = subprocess.Popen(
                 [sys.executable, "-m", "peregrine.cli", "monitor", str(directory)])
 
-    def progress(record):
-        print(runs.format_progress(record), flush=True)
-
     if mode == "plain":
         ranks = where.world_size
         per_rank = f" x {ranks} ranks" if ranks > 1 else ""
@@ -167,7 +164,7 @@ def run(args) -> int:
     summary = None
     try:
         plan = runs.RunPlan(config, run_dir, bool(args.resume), args.overwrite, where)
-        summary = runs.train_plan(plan, progress=progress if mode == "plain" else None,
+        summary = runs.train_plan(plan, progress=mode == "plain",
                                   on_start=on_start)
     finally:
         if child.get("process") is not None:

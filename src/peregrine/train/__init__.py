@@ -3,6 +3,7 @@
     from peregrine.train import load_config, train
     config = load_config("cartpole", overrides=[("train.total_steps", 50_000)])
     summary = train(config)            # writes runs/cartpole-.../ and returns a summary
+    train(config, progress=True)       # the same, printing a progress line every 10 updates
 
 Modules: `config` (TOML sections env/vec/train/policy and overrides), `policy`
 (MLP/LSTM with categorical, multi-discrete and Gaussian heads), `ppo` (the

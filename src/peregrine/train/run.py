@@ -109,11 +109,12 @@ class RunPlan:
 
 
 def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume: bool = False,
-          progress: Callable[[dict], None] | None = None, stop: StopFlag | None = None,
+          progress: Callable[[dict], None] | bool | None = None, stop: StopFlag | None = None,
           on_start: Callable[[Path], None] | None = None, overwrite: bool = False) -> dict:
     """Trains until `total_steps`, `stop_return` or a stop request; returns a summary.
 
-    `progress(record)` is called every `train.progress_interval` updates;
+    `progress(record)` is called every `train.progress_interval` updates (`progress=True`
+    prints `peregrine train`'s plain progress line then, as in a notebook);
     `on_start(run_dir)` once the run directory and its config exist.
     With `resume=True`, `run_dir` must hold a checkpoint to continue from; without
     it, `run_dir` must be new or empty unless `overwrite` (run_dir.py).
@@ -123,10 +124,14 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume:
     return train_plan(plan, progress, stop, on_start)
 
 
-def train_plan(plan: RunPlan, progress: Callable[[dict], None] | None = None,
+def train_plan(plan: RunPlan, progress: Callable[[dict], None] | bool | None = None,
                stop: StopFlag | None = None,
                on_start: Callable[[Path], None] | None = None) -> dict:
     """`train` for a RunPlan (see train)."""
+    if progress is True:
+        progress = print_progress
+    elif progress is False:
+        progress = None
     if plan.place.launched:        # a rank never outlives the launcher that started it
         parent = os.getppid()
         die_with_parent(parent)
@@ -352,6 +357,10 @@ def exit_code(summary: dict) -> int:
         return 0
     name = summary.get("signal")
     return 128 + int(getattr(signal, name)) if name else 130
+
+
+def print_progress(record: dict) -> None:
+    print(format_progress(record), flush=True)
 
 
 def format_progress(record: dict) -> str:
