@@ -114,6 +114,8 @@ def run(args) -> int:
             raise ValueError("give an env to train, e.g. `peregrine train cartpole` "
                              f"(shipped configs: {', '.join(shipped_configs())})")
         config = load_config(args.env, args.config, overrides)
+        if config.defaults == "continuous":
+            print(_continuous_note(config), flush=True)
 
     from ..train import run as runs  # imports torch: only after the arguments are sound
     where = runs.distributed.place()    # this process's rank, read once
@@ -202,6 +204,15 @@ def _path_prefix(config) -> str:
                       for w in wrappers if isinstance(w, (str, dict)))
     return f"PYTHONPATH={shlex.quote(python_path)} " \
         if (factory or own_wrapper) and python_path else ""
+
+
+def _continuous_note(config) -> str:
+    """The line that says a run starts from the continuous-action defaults."""
+    from ..train.config import CONTINUOUS_DEFAULTS
+    values = ", ".join(f"{section}.{key} {getattr(getattr(config, section), key)}"
+                       for section, keys in CONTINUOUS_DEFAULTS.items() for key in keys)
+    return (f"{config.env_name} has continuous actions: what no file or override sets comes "
+            f"from the continuous-action defaults (docs/training.md); this run has {values}")
 
 
 def _check_flags(args) -> None:

@@ -3,6 +3,8 @@
 A run's configuration is resolved in layers, later ones winning:
 
     built-in defaults (the dataclasses below)
+    -> for an env without a shipped file whose actions are continuous (a Box
+       action space): CONTINUOUS_DEFAULTS
     -> the env's shipped file, peregrine/train/configs/<env>.toml
     -> a user file (--config FILE), or a shipped variant of the env's config
        (--config NAME: peregrine/train/configs/<env>-NAME.toml, e.g. the
@@ -143,6 +145,17 @@ class PolicyConfig:
 
 
 SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
+
+# The dataclass defaults above are a discrete-action starting point. An env whose
+# actions are continuous (a Box action space) and that has no shipped config starts
+# from these instead (load_config, under every file and override): no entropy bonus
+# (it widens a Gaussian that must narrow), more and smaller gradient steps per sample
+# (10 epochs of 64-sample minibatches), a running normalisation of observations and
+# rewards. Measured on fresh seeds: benchmarks/RESULTS.md, "Continuous control defaults".
+CONTINUOUS_DEFAULTS = {
+    "train": {"ent_coef": 0.0, "update_epochs": 10, "minibatch_size": 64,
+              "learning_rate": 3e-4, "normalize_obs": True, "normalize_reward": True},
+}
 CHOICES = {
     ("vec", "backend"): ("auto", "native", "serial", "multiprocessing", "device"),
     ("train", "device"): ("cpu", "cuda", "auto"),
@@ -170,6 +183,9 @@ class Config:
     # path, or "python:<name>" when it has none (such a run is rebuilt only by passing
     # the callable again).
     env_factory: Any = field(default=None, compare=False, repr=False)
+    # "continuous" when load_config started from CONTINUOUS_DEFAULTS (not written to TOML:
+    # the values it gave are)
+    defaults: str = field(default="", compare=False, repr=False)
 
     @property
     def env_name(self) -> str:
@@ -291,27 +307,8 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         if shipped.is_file():
             layers.append((read_toml(shipped), shipped))
     layers.append((user, user_path))
-    config = Config(env={"name": env_name}, env_factory=factory)
-    for layer, source in layers:
-        try:
-            apply_dict(config, layer)
-        except ValueError as error:
-            if source is None:
-                raise
-            raise ValueError(f"config file {str(source)!r}: {error}") from None
-    if isinstance(overrides, (str, dict)) or not isinstance(overrides, Iterable):
-        raise TypeError(f"overrides must be a list of (\"section.key\", value) pairs or of "
-                        f"command-line tokens, got {type(overrides).__name__} {overrides!r}"
-                        + (" (a dict: list(overrides.items()))" if isinstance(overrides, dict)
-                           else ""))
-    overrides = list(overrides)
-    if overrides and isinstance(overrides[0], str):
-        overrides = parse_override_tokens(overrides)
-    for pair in overrides:
-        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
-            raise TypeError(f"an override is a (\"section.key\", value) pair, got {pair!r}")
-        key, value = pair
-        set_key(config, key, value, text=True)
+    overrides = _override_pairs(overrides)
+    config = _layered(env_name, factory, layers, overrides)
     if config.env.get("name") != env_name:
         named = config.env.get("name")
         if user_path is not None and (user.get("env") or {}).get("name") == named:
@@ -323,8 +320,69 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
     if factory is None:
         from ..vector.sources import kind_of
         kind_of(env_name)      # an unknown name fails here, with the kinds of names listed
+    if base is None and not shipped_config_path(env_name).is_file():
+        continuous = _layered(env_name, factory, [(CONTINUOUS_DEFAULTS, None)] + layers,
+                              overrides)
+        # The env is made to read its action space only where those defaults would change
+        # something (files and overrides that set every key they name skip it).
+        if continuous != config and _continuous_actions(config):
+            config = continuous
+            config.defaults = "continuous"
     validate(config)
     return config
+
+
+def _override_pairs(overrides) -> list:
+    """load_config's overrides as a checked list of ("section.key", value) pairs."""
+    if isinstance(overrides, (str, dict)) or not isinstance(overrides, Iterable):
+        raise TypeError(f"overrides must be a list of (\"section.key\", value) pairs or of "
+                        f"command-line tokens, got {type(overrides).__name__} {overrides!r}"
+                        + (" (a dict: list(overrides.items()))" if isinstance(overrides, dict)
+                           else ""))
+    overrides = list(overrides)
+    if overrides and isinstance(overrides[0], str):
+        overrides = parse_override_tokens(overrides)
+    for pair in overrides:
+        if not (isinstance(pair, (list, tuple)) and len(pair) == 2):
+            raise TypeError(f"an override is a (\"section.key\", value) pair, got {pair!r}")
+    return overrides
+
+
+def _layered(env_name: str, factory, layers, overrides) -> Config:
+    """A Config from the defaults, `layers` ((values, the file they came from) in
+    order) and then the override pairs."""
+    config = Config(env={"name": env_name}, env_factory=factory)
+    for layer, source in layers:
+        try:
+            apply_dict(config, layer)
+        except ValueError as error:
+            if source is None:
+                raise
+            raise ValueError(f"config file {str(source)!r}: {error}") from None
+    for key, value in overrides:
+        set_key(config, key, value, text=True)
+    return config
+
+
+def _continuous_actions(config: Config) -> bool:
+    """Whether the config's env acts in a Box action space: one env is made (with the
+    config's [env] keywords) and closed again. An env that cannot be made gives False:
+    the trainer makes it next and reports why."""
+    from gymnasium.spaces import Box
+    try:
+        if config.is_native:
+            from ..envs.registry import make
+            env = make(config.env_name, num_envs=1, **config.env_kwargs)
+        else:
+            env = config.env_source().vector_envs_of(1)()
+        try:
+            from ..vector.emulation import single_action_space
+            space = single_action_space(env)
+        finally:
+            env.close()
+    except Exception:   # noqa: BLE001 - reported where the run makes its env
+        return False
+    return isinstance(space, Box)
 
 
 def apply_dict(config: Config, data: dict) -> None:

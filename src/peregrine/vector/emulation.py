@@ -74,8 +74,24 @@ def emulate(env, buffers=None, seed=None, index=0):
         return CopiedBatch(env, buffers=buffers, seed=seed)
     if is_parallel_env(env):
         return PettingZooEmulation(env, buffers=buffers, seed=seed, index=index)
-    raise ValueError(f"env must create a gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv "
-                     f"or a native Peregrine env, got {type(env).__name__}")
+    raise ValueError(NOT_AN_ENV.format(type(env).__name__))
+
+
+NOT_AN_ENV = ("env must create a gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv or a "
+              "native Peregrine env, got {}")
+
+
+def single_action_space(env):
+    """The action space one row of `env` (an object `emulate` takes) acts in, without
+    emulating it: a vector env's single space, a PettingZoo env's first possible agent's
+    (emulation needs every agent to share it)."""
+    if isinstance(env, VectorEnv) or is_native_batch(env):
+        return env.single_action_space
+    if isinstance(env, GymnasiumEnv):
+        return env.action_space
+    if is_parallel_env(env):
+        return env.action_space(env.possible_agents[0])
+    raise ValueError(NOT_AN_ENV.format(type(env).__name__))
 
 
 _REAL = (int, float, np.integer, np.floating)
