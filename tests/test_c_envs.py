@@ -122,6 +122,13 @@ def test_a_header_missing_part_of_the_contract_says_which(cache, cartpole_copy, 
     assert "see pg_env.h" in str(caught.value)
 
 
+def test_the_contract_names_come_from_pg_env_h():
+    """sdk.CONTRACT is read from pg_env.h's own list, in its order."""
+    assert sdk.CONTRACT == ("ENV_CONFIG", "ENV_STATS", "Env", "env_init", "env_free",
+                            "env_reset", "env_step", "env_state_size", "env_get_state",
+                            "env_set_state")
+
+
 @pytest.mark.parametrize("change, message", [
     # writes 4 floats a row into rows of 3: it overran the NumPy buffer (a crash, or
     # silently corrupted memory) before check_env could say anything

@@ -205,9 +205,18 @@ def _compile(header: Path, name: str, folder: Path, target: Path, flags: list[st
                                    f"the C compiler failed on {header}: {result.stderr.strip()}")
 
 
-# What pg_env.h's contract asks an env header to define, in its order.
-CONTRACT = ("ENV_CONFIG", "ENV_STATS", "Env", "env_init", "env_free", "env_reset", "env_step",
-            "env_state_size", "env_get_state", "env_set_state")
+def _contract() -> tuple[str, ...]:
+    """What pg_env.h's contract asks an env header to define, in its order, read from
+    the header's own list ("What an env header must define" up to "Optional"): the
+    macros it #defines, the Env struct and the env_ functions."""
+    text = (NATIVE_DIR / "pg_env.h").read_text()
+    start = text.index("What an env header must define")
+    block = text[start:text.index("Optional", start)]
+    names = re.findall(r"#define (\w+)\(|typedef struct (\w+) |\b(env_\w+)\(", block)
+    return tuple(dict.fromkeys(next(filter(None, found)) for found in names))
+
+
+CONTRACT = _contract()
 
 
 def _compiler_errors(stderr: str, header: Path) -> str:
