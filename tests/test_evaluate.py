@@ -291,3 +291,23 @@ def test_a_policy_returning_floats_for_a_discrete_env_or_nothing_is_refused():
         evaluate("cartpole", lambda o: None, episodes=4)
     assert evaluate("cartpole", lambda o: (o[:, 2] > 0).astype(np.int64),
                     episodes=4)["episodes"] == 4
+    with pytest.raises(ValueError, match=r"actions of shape \(3,\); the batch of 4 instance"):
+        evaluate("cartpole", lambda o: np.zeros(3, np.int32), episodes=4, num_envs=4)
+
+
+def test_render_takes_actions_as_eval_does():
+    """render's loop converts a policy's actions with eval's policy_actions: a float
+    action of a discrete env is refused there too (it was cast to 0, drawing another
+    policy's episode)."""
+    import peregrine
+    from peregrine.cli.render import _episode_frames
+    env = peregrine.make("cartpole", num_envs=1, seed=0)
+    try:
+        env.reset(seed=0)
+        with pytest.raises(ValueError, match="must be integers, got dtype float64"):
+            _episode_frames(env, lambda o: (o[:, 2] > 0) * 0.9, lambda: None, 1, 10)
+        frames, steps = _episode_frames(env, lambda o: (o[:, 2] > 0).astype(np.int64),
+                                        lambda: 0, 1, 500)
+        assert 1 < steps < 500 and len(frames) == steps
+    finally:
+        env.close()

@@ -263,9 +263,8 @@ def _first_emulated_episodes(env, policy, seed: int, instances: int,
         unit.episode_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
-        actions = _policy_actions(policy, observations, env)
         observations, _, terminals, truncations, _ = env.step(
-            actions.reshape(env.action_space.shape))
+            policy_actions(policy, observations, env))
         if observe_done is not None:
             observe_done(terminals, truncations)
         ended = (terminals | truncations).reshape(len(envs), rows).any(1) & ~finished
@@ -281,16 +280,21 @@ def _first_emulated_episodes(env, policy, seed: int, instances: int,
     raise RuntimeError(f"episodes did not end within {max_steps + 1} steps")
 
 
-def _policy_actions(policy, observations, env) -> np.ndarray:
-    """The policy's actions for `observations` as the batch's action array: None (a
-    policy that forgot to return) and float actions of a discrete space are refused."""
+def policy_actions(policy, observations, env) -> np.ndarray:
+    """The policy's actions for `observations` as the batch's action array (its shape
+    and dtype): None (a policy that forgot to return), float actions of a discrete
+    space and a wrong number of actions are refused."""
     actions = policy(observations)
+    shape = env.action_space.shape
     if actions is None:
         raise ValueError(f"the policy returned None; it must return the batch's actions, "
-                         f"an array of shape {env.action_space.shape}")
+                         f"an array of shape {shape}")
     actions = np.asarray(actions)
     check_integer_actions(env.single_action_space, actions)
-    return np.ascontiguousarray(actions, dtype=env.action_space.dtype)
+    if actions.size != int(np.prod(shape)):
+        raise ValueError(f"the policy returned actions of shape {actions.shape}; the batch "
+                         f"of {env.num_envs} instance(s) needs {shape}")
+    return np.ascontiguousarray(actions, dtype=env.action_space.dtype).reshape(shape)
 
 
 def _first_episodes(env_name: str, env, policy, seed: int):
@@ -308,13 +312,8 @@ def _first_episodes(env_name: str, env, policy, seed: int):
     env.instance_stats(clear=True)
     observe_done = getattr(policy, "observe_done", None)
     for _ in range(max_steps + 1):
-        actions = _policy_actions(policy, observations, env)
-        if actions.shape != env.action_space.shape:
-            if actions.size != int(np.prod(env.action_space.shape)):
-                raise ValueError(f"the policy returned actions of shape {actions.shape}; "
-                                 f"{env_name} with {instances} instances needs {env.action_space.shape}")
-            actions = actions.reshape(env.action_space.shape)
-        observations, rewards, terminals, truncations, _ = env.step(actions)
+        observations, rewards, terminals, truncations, _ = env.step(
+            policy_actions(policy, observations, env))
         if observe_done is not None:
             observe_done(terminals, truncations)
         ended = (terminals | truncations).reshape(instances, agents).any(1)

@@ -105,16 +105,15 @@ def _episode_frames(batch, policy, draw, every: int, limit: int) -> tuple[list, 
     a PettingZoo episode ends when its last agent does, not its first). An emulated
     env is drawn once more as its episode ends, before its reset (its `before_reset`):
     the state the episode ended in, a goal reached or a fall, is the GIF's last frame."""
-    import numpy as np
+    from ..evaluate import policy_actions
     batch.episode_stats(clear=True)
     observations, frames, steps = batch.observations, [draw()], 0
     if hasattr(batch, "before_reset"):
         batch.before_reset = lambda: frames.append(draw())
     observe_done = getattr(policy, "observe_done", None)
     while steps < limit:
-        actions = np.ascontiguousarray(policy(observations), dtype=batch.actions.dtype)
         observations, _, terminals, truncations, _ = batch.step(
-            actions.reshape(batch.actions.shape))
+            policy_actions(policy, observations, batch))
         steps += 1
         if observe_done is not None:
             observe_done(terminals, truncations)
