@@ -179,8 +179,8 @@ def evaluate_emulated(env_name: str | Callable, policy: Any, episodes: int = 64,
     """`evaluate` for an emulated env (Gymnasium, PettingZoo, a factory): the same
     unbiased count (each env contributes its first episode; rounds of fresh seeds),
     over `min(episodes, num_envs or 16)` envs stepped in this process. Statistics are
-    the emulation's: episode_return (a PettingZoo env's: the mean over its agents)
-    and episode_length."""
+    the emulation's: episode_return (a PettingZoo env's: the mean over its agents,
+    and its agents' own returns, emulation.agent_returns) and episode_length."""
     from .vector.recipe import EnvRecipe
     from .vector.serial import Serial
     from .vector.sources import EnvFactory, recorded_name

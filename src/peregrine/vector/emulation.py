@@ -14,7 +14,8 @@ Semantics kept identical to the native envs:
 * on a row that ended, `final_observations` holds the last observation of the
   episode and `observations` already the first of the next;
 * `infos` are dropped (an empty dict, as native); episode statistics are
-  `episode_return` and `episode_length`, from `episode_stats()`.
+  `episode_return` and `episode_length`, from `episode_stats()`; a PettingZoo env
+  adds its agents' own returns (`agent_returns`).
 
 Strict values. What an env returns is checked before it reaches the buffers, the
 same way on every backend (the units are the same objects in Serial and in
@@ -30,6 +31,7 @@ own step.
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 from gymnasium import Env as GymnasiumEnv
@@ -163,16 +165,37 @@ def checked_flag(name: str, value, where: str, agent=None) -> bool:
     raise ValueError(f"{where} returned {name} = {value!r}{for_agent}, which is not a bool")
 
 
+# A PettingZoo env of up to this many agents reports each agent's return.
+PER_AGENT_RETURNS = 8
+
+
+def agent_returns(agents) -> dict[str, list[int]]:
+    """The returns a PettingZoo episode reports beside the mean over its agents, each
+    with the positions in `agents` it averages: one per agent for up to
+    PER_AGENT_RETURNS agents (`return_first_0`, `return_second_0`: in a two-player
+    game the mean is zero-sum noise), else one per kind of agent where there are
+    several kinds (the name without its `_N` index: `return_archer`,
+    `return_knight`), else none (the mean is every agent's)."""
+    agents = [str(agent) for agent in agents]
+    if len(agents) <= PER_AGENT_RETURNS:
+        return {f"return_{agent}": [position] for position, agent in enumerate(agents)}
+    kinds: dict[str, list[int]] = {}
+    for position, agent in enumerate(agents):
+        kinds.setdefault(f"return_{re.sub(r'_[0-9]+$', '', agent)}", []).append(position)
+    return kinds if len(kinds) > 1 else {}
+
+
 class _Accumulator:
     """Sums for EpisodeStats over finished episodes, in Python."""
 
-    def __init__(self):
+    def __init__(self, names=STAT_NAMES):
+        self.names = tuple(names)
         self.clear()
 
     def clear(self):
         self.count = 0
-        self.sums = [0.0] * len(STAT_NAMES)
-        self.squares = [0.0] * len(STAT_NAMES)
+        self.sums = [0.0] * len(self.names)
+        self.squares = [0.0] * len(self.names)
 
     def record(self, *values):
         self.count += 1
@@ -181,7 +204,7 @@ class _Accumulator:
             self.squares[i] += value * value
 
     def read(self, clear: bool) -> EpisodeStats:
-        stats = EpisodeStats.from_sums(STAT_NAMES, self.count, self.sums, self.squares)
+        stats = EpisodeStats.from_sums(self.names, self.count, self.sums, self.squares)
         if clear:
             self.clear()
         return stats
@@ -210,7 +233,7 @@ class _Unit:
             setattr(self, name, getattr(self.buffers, name))
         self.masks[:] = True
         self._action_shape = (self.num_agents, *action_space.shape)
-        self._stats = _Accumulator()
+        self._stats = _Accumulator(self.stat_names)
 
     def _take_actions(self, actions):
         if actions is not self.actions:
@@ -443,8 +466,10 @@ class PettingZooEmulation(_Unit):
     mid-episode unmask when they first appear. Actions of masked rows are
     ignored. When no agent is left, the episode is recorded
     (`episode_return` = mean over agents of their summed rewards,
-    `episode_length` = env steps) and the env resets in the same step; rows
-    still live without a flag at that moment are marked truncated.
+    `episode_length` = env steps, and the returns `agent_returns` names: each
+    agent's, or each kind's mean over its agents that took part, 0 where none did)
+    and the env resets in the same step; rows still live without a flag at that
+    moment are marked truncated.
     """
 
     def __init__(self, env, buffers=None, seed=None, index=0):
@@ -463,6 +488,8 @@ class PettingZooEmulation(_Unit):
                                  "and one action space")
         self.flat_observation = FlatObservation(observation_space)
         self.flat_action = FlatAction(action_space)
+        self._agent_returns = agent_returns(self.possible_agents)
+        self.stat_names = (*STAT_NAMES, *self._agent_returns)
         self._init_buffers(self.flat_observation.space, self.flat_action.space,
                            len(self.possible_agents), buffers)
         self._row = {agent: row for row, agent in enumerate(self.possible_agents)}
@@ -470,6 +497,11 @@ class PettingZooEmulation(_Unit):
         self._took_part = np.zeros(self.num_agents, bool)
         self._episode_length = 0
         self.reset(seed)
+
+    def _mean_return(self, rows) -> float:
+        """The mean return of those of `rows` that took part in the episode (0: none)."""
+        rows = [row for row in rows if self._took_part[row]]
+        return float(self._returns[rows].mean()) if rows else 0.0
 
     def _check_keys(self, acting, *dicts) -> None:
         """Every agent that acted has an observation, reward, terminated and truncated
@@ -553,9 +585,9 @@ class PettingZooEmulation(_Unit):
         ended = self.terminals | self.truncations
         self.final_observations[ended] = self.observations[ended]
         if episode_over:
-            returns = self._returns[self._took_part]
-            self._stats.record(float(returns.mean()) if returns.size else 0.0,
-                               float(self._episode_length))
+            self._stats.record(self._mean_return(range(self.num_agents)),
+                               float(self._episode_length),
+                               *map(self._mean_return, self._agent_returns.values()))
             if self.before_reset is not None:
                 self.before_reset()
             observations, _infos = returned(self.env.reset(), 2, "reset", self.where)
