@@ -154,3 +154,38 @@ def test_profile_trainer_eval_evaluates_in_the_trainers_world(tmp_path, capsys):
     setup = json.loads((tmp_path / "eval.json").read_text())["setup"]
     assert setup["eval_env_config"]["n_drones"] == 3 and setup["eval_env_config"]["world_size"] == 120.0
     assert setup["eval_env_config"] == setup["env_config"]
+
+
+def test_load_actor_names_another_emulated_world(tmp_path):
+    """An emulated env's world is its name, keywords and wrappers: a vector env made with
+    other keywords than the checkpoint's (same spaces, so nothing else would say so) is
+    named; one made by make_trained_env, or from a callable of the user's, is not."""
+    from peregrine.train.checkpoint import load_actor, make_trained_env, save
+    from peregrine.train.config import PolicyConfig
+    from peregrine.train.policy import Policy, describe_space
+    import peregrine.vector as pv
+    trained = {"name": "gym:CartPole-v1", "max_episode_steps": 50,
+               "wrappers": ["NormalizeObservation"]}
+    with pv.make("gym:CartPole-v1", num_envs=1, backend="serial") as env:
+        policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
+        path = tmp_path / "latest.pt"
+        save(path, {"policy": policy.state_dict(),
+                    "config": {"policy": asdict(PolicyConfig()), "env": trained},
+                    "observation_space": describe_space(env.single_observation_space),
+                    "action_space": describe_space(env.single_action_space),
+                    "env_name": trained["name"]})
+        with pytest.warns(UserWarning, match=r"max_episode_steps: trained 50, env None, "
+                                             r"wrappers: trained \['NormalizeObservation'\]"):
+            load_actor(path, env)
+    with pv.make("gym:CartPole-v1", num_envs=1, backend="serial", max_episode_steps=60,
+                 wrappers=["NormalizeObservation"]) as env:
+        with pytest.warns(UserWarning, match="max_episode_steps: trained 50, env 60\\)"):
+            load_actor(path, env)
+    with make_trained_env(path, num_envs=2) as env, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_actor(path, env)
+    import gymnasium
+    with pv.make(lambda: gymnasium.make("CartPole-v1"), num_envs=1, backend="serial") as env, \
+            warnings.catch_warnings():
+        warnings.simplefilter("error")
+        load_actor(path, env)

@@ -404,6 +404,29 @@ def world_differences(trained: dict, env_name: str, env: Any) -> dict:
             if env.config.get(key) != value}
 
 
+def emulated_world_differences(trained: dict, env: Any) -> dict:
+    """{what: (trained, env's)} where a vector env made from a Gymnasium, PettingZoo or
+    factory name (its recipe's EnvFactory) is not the emulated env `trained` (the
+    checkpoint's [env] section) describes: another name, keyword or wrapper list. {}
+    for an env made otherwise (a callable of the user's: nothing to compare)."""
+    from ..vector.sources import CALLABLE_PREFIX, EnvFactory
+    made = getattr(getattr(env, "recipe", None), "env", None)
+    name = trained.get("name")
+    if not isinstance(made, EnvFactory) or made.name is None or not isinstance(name, str) \
+            or name.startswith(CALLABLE_PREFIX):
+        return {}
+    if made.name != name:
+        return {"env": (name, made.name)}
+    recorded = EnvFactory.from_keywords(name, {k: v for k, v in trained.items() if k != "name"})
+    ignored = {"num_envs"} if made.kind == "gymnasium_vector" else set()   # vector_envs_of's
+    differences = {key: (recorded.kwargs.get(key), made.kwargs.get(key))
+                   for key in sorted(set(recorded.kwargs) | set(made.kwargs) - ignored)
+                   if recorded.kwargs.get(key) != made.kwargs.get(key)}
+    if recorded.wrappers != made.wrappers:
+        differences["wrappers"] = (recorded.wrappers, made.wrappers)
+    return differences
+
+
 def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
                sample_seed: int | None = None) -> Actor:
     """A deterministic actor from a checkpoint file (or a run directory) for `env`;
@@ -412,7 +435,8 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
     Raises ValueError for a missing, truncated, corrupt or foreign file and for
     a checkpoint trained on an env with other spaces. With `check_world`, a
     `UserWarning` names the config fields where `env` differs from the world
-    the checkpoint was trained on (`make_trained_env(path)` builds that world); pass
+    the checkpoint was trained on (an emulated env's name, keywords and wrappers, when
+    it was made from a name; `make_trained_env(path)` builds that world); pass
     False when evaluating elsewhere on purpose.
     """
     payload = load(path)
@@ -424,9 +448,13 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
     policy = build_policy(payload, env, label)
     trained_env = payload["config"].get("env", {})
     from ..vector.sources import is_native_name
-    if check_world and is_native_name(trained_env.get("name")) and isinstance(env, Configured):
-        differences = world_differences({k: v for k, v in trained_env.items() if k != "name"},
-                                        trained_env["name"], env)
+    if check_world:
+        if is_native_name(trained_env.get("name")):
+            differences = world_differences(
+                {k: v for k, v in trained_env.items() if k != "name"}, trained_env["name"],
+                env) if isinstance(env, Configured) else {}
+        else:
+            differences = emulated_world_differences(trained_env, env)
         if differences:
             import warnings
             shown = ", ".join(f"{k}: trained {a!r}, env {b!r}" for k, (a, b) in sorted(differences.items()))
