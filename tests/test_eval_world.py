@@ -16,21 +16,26 @@ TRAINED = {"name": "drone_swarm", "preset": "wilderness", "n_drones": 4, "max_st
            "r_scan_near": 0.0}
 
 
-@pytest.fixture(scope="module")
-def checkpoint(tmp_path_factory):
-    """An untrained policy saved as a run trained in a non-default world."""
+def save_untrained(path, env, trained: dict):
+    """An untrained policy for `env`'s spaces saved at `path` as a run whose [env]
+    section is `trained`."""
     from peregrine.train.checkpoint import save
     from peregrine.train.config import PolicyConfig
     from peregrine.train.policy import Policy, describe_space
-    env = peregrine.make("drone_swarm", num_envs=1, seed=0)
     policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
-    path = tmp_path_factory.mktemp("run") / "latest.pt"
     save(path, {"policy": policy.state_dict(),
-                "config": {"policy": asdict(PolicyConfig()), "env": dict(TRAINED)},
+                "config": {"policy": asdict(PolicyConfig()), "env": dict(trained)},
                 "observation_space": describe_space(env.single_observation_space),
-                "action_space": describe_space(env.single_action_space), "env_name": "drone_swarm"})
-    env.close()
-    return str(path)
+                "action_space": describe_space(env.single_action_space),
+                "env_name": trained["name"]})
+    return path
+
+
+@pytest.fixture(scope="module")
+def checkpoint(tmp_path_factory):
+    """An untrained policy saved as a run trained in a non-default world."""
+    with peregrine.make("drone_swarm", num_envs=1, seed=0) as env:
+        return str(save_untrained(tmp_path_factory.mktemp("run") / "latest.pt", env, TRAINED))
 
 
 def test_evaluate_uses_the_checkpoints_world_by_default(checkpoint):
@@ -55,18 +60,10 @@ def test_another_world_is_explicit_and_named(checkpoint):
 def test_another_preset_keeps_the_checkpoints_observation_fields(tmp_path):
     """obs_report / obs_drone_id belong to the agent: --preset keeps them, so the
     policy still reads the observations (19 + 2 columns), and says so."""
-    from peregrine.train.checkpoint import make_trained_env, save
-    from peregrine.train.config import PolicyConfig
-    from peregrine.train.policy import Policy, describe_space
+    from peregrine.train.checkpoint import make_trained_env
     trained = {**TRAINED, "obs_report": 1, "obs_drone_id": 1}
     with peregrine.make("drone_swarm", num_envs=1, seed=0, obs_report=1, obs_drone_id=1) as env:
-        policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
-        path = tmp_path / "latest.pt"
-        save(path, {"policy": policy.state_dict(),
-                    "config": {"policy": asdict(PolicyConfig()), "env": trained},
-                    "observation_space": describe_space(env.single_observation_space),
-                    "action_space": describe_space(env.single_action_space),
-                    "env_name": "drone_swarm"})
+        path = save_untrained(tmp_path / "latest.pt", env, trained)
     result = evaluate("drone_swarm", str(path), episodes=2, seed=0, preset="default", max_steps=5)
     assert result["env_config"]["n_drones"] == 8 and result["env_config"]["obs_report"] == 1
     assert result["world"] == ("preset default with the checkpoint's obs_report=1, "
@@ -160,20 +157,12 @@ def test_load_actor_names_another_emulated_world(tmp_path):
     """An emulated env's world is its name, keywords and wrappers: a vector env made with
     other keywords than the checkpoint's (same spaces, so nothing else would say so) is
     named; one made by make_trained_env, or from a callable of the user's, is not."""
-    from peregrine.train.checkpoint import load_actor, make_trained_env, save
-    from peregrine.train.config import PolicyConfig
-    from peregrine.train.policy import Policy, describe_space
     import peregrine.vector as pv
+    from peregrine.train.checkpoint import load_actor, make_trained_env
     trained = {"name": "gym:CartPole-v1", "max_episode_steps": 50,
                "wrappers": ["NormalizeObservation"]}
     with pv.make("gym:CartPole-v1", num_envs=1, backend="serial") as env:
-        policy = Policy(env.single_observation_space, env.single_action_space, PolicyConfig())
-        path = tmp_path / "latest.pt"
-        save(path, {"policy": policy.state_dict(),
-                    "config": {"policy": asdict(PolicyConfig()), "env": trained},
-                    "observation_space": describe_space(env.single_observation_space),
-                    "action_space": describe_space(env.single_action_space),
-                    "env_name": trained["name"]})
+        path = save_untrained(tmp_path / "latest.pt", env, trained)
         with pytest.warns(UserWarning, match=r"max_episode_steps: trained 50, env None, "
                                              r"wrappers: trained \['NormalizeObservation'\]"):
             load_actor(path, env)
