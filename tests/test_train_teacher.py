@@ -155,6 +155,13 @@ def test_bad_teachers_are_refused():
     trainer = make_trainer(RuleEnv(), lambda obs: np.zeros((len(obs), 2), np.int64))
     with pytest.raises(ValueError, match="teacher policy returned actions of shape"):
         trainer.update()
+    # 0.9 was floored to action 0 (the same loss as an all-0 teacher), and 5 indexed past
+    # the logits deep in torch
+    for value, message in ((0.9, "actions of Discrete.4. must be integers, got dtype float64"),
+                           (5, "action 5 at \\(0,\\) is outside Discrete")):
+        trainer = make_trainer(RuleEnv(), lambda obs, value=value: np.full(len(obs), value))
+        with pytest.raises(ValueError, match="teacher policy returned " + message):
+            trainer.update()
 
 
 def test_resume_with_a_teacher_continues_exactly(tmp_path):

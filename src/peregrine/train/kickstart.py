@@ -15,12 +15,14 @@ import numpy as np
 import torch
 
 from ..envs.scripted import resolve_policy
+from ..vector.export import check_action_range, check_integer_actions
 
 
 class Kickstarter:
     def __init__(self, teacher, config, env):
         t = config.train
         self.coef, self.steps = t.teacher_coef, t.teacher_steps
+        self.space = env.single_action_space
         from .checkpoint import load_actor
         self.policy = resolve_policy(config.env_name, teacher, env, t.seed,
                                      lambda path: load_actor(path, env))
@@ -37,6 +39,11 @@ class Kickstarter:
         if actions.shape != tuple(out.shape):
             raise ValueError(f"the teacher policy returned actions of shape {actions.shape}; "
                              f"the env's batch needs {tuple(out.shape)}")
+        try:    # copy_ below would floor 0.9 to action 0 and index past the logits with 5
+            check_integer_actions(self.space, actions)
+            check_action_range(self.space, actions)
+        except ValueError as error:
+            raise ValueError(f"the teacher policy returned {error}") from None
         out.copy_(torch.from_numpy(actions))   # copy_ converts the dtype
 
     @staticmethod

@@ -48,6 +48,24 @@ def check_integer_actions(space, actions: np.ndarray) -> None:
         raise ValueError(f"actions of {space} must be integers, got dtype {actions.dtype}")
 
 
+def check_action_range(space, actions: np.ndarray) -> None:
+    """ValueError for integer actions of a discrete space (one agent's `space`) outside
+    its values (0..n-1 for Discrete(n), per column for MultiDiscrete and MultiBinary)."""
+    if isinstance(space, spaces.Discrete):
+        high = np.asarray(space.n - 1)
+    elif isinstance(space, spaces.MultiDiscrete):
+        high = np.asarray(space.nvec) - 1
+    elif isinstance(space, spaces.MultiBinary):
+        high = np.ones(space.shape, np.int64)
+    else:
+        return
+    bad = (actions < 0) | (actions > high)
+    if bad.any():
+        where = tuple(int(i) for i in np.argwhere(bad)[0])
+        raise ValueError(f"action {actions[where]} at {where} is outside {space}: expected "
+                         f"0..{high.tolist()}")
+
+
 def _as_actions(env, actions):
     """The batch's action array from whatever a Gymnasium/SB3 caller passes."""
     space = env.single_action_space
