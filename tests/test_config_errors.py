@@ -249,3 +249,17 @@ def test_a_path_object_is_a_string_key_s_value(tmp_path):
 def test_overrides_of_the_wrong_shape_are_named(overrides):
     with pytest.raises(TypeError, match="override"):
         load_config("cartpole", overrides=overrides)
+
+
+def test_a_typo_in_a_config_attribute_is_refused():
+    """`config.train.learning_rat = 0.1` made a new attribute that nothing read: the run
+    trained with the old learning rate and recorded it, without a word."""
+    from peregrine.train.config import load_config
+    config = load_config("cartpole")
+    with pytest.raises(AttributeError, match=r"unknown config key train.learning_rat; valid "
+                                             r"keys in \[train\]: \[.*'learning_rate'"):
+        config.train.learning_rat = 0.1
+    with pytest.raises(AttributeError, match=r"unknown config key vec.num_env;"):
+        config.vec.num_env = 4
+    config.policy.hidden_size = 32
+    assert config.policy.hidden_size == 32

@@ -39,8 +39,20 @@ else:  # pragma: no cover - exercised on 3.10 only
 CONFIG_DIR = Path(__file__).resolve().parent / "configs"
 
 
+class _Section:
+    """A config section: setting a key it does not have is an error naming the valid
+    ones (`config.train.learning_rat = 0.1` was a new attribute that nothing read)."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name not in self.__dataclass_fields__:
+            section = {cls: key for key, cls in SECTIONS.items()}.get(type(self), "?")
+            raise AttributeError(f"unknown config key {section}.{name}; valid keys in "
+                                 f"[{section}]: {sorted(self.__dataclass_fields__)}")
+        object.__setattr__(self, name, value)
+
+
 @dataclass
-class VecConfig:
+class VecConfig(_Section):
     backend: str = "auto"            # native | serial | multiprocessing (peregrine.vector)
     #                                  | device: the native env on train.device, torch buffers
     #                                  (a GPU env on cuda; no host copy in the rollout)
@@ -60,7 +72,7 @@ class VecConfig:
 
 
 @dataclass
-class TrainConfig:
+class TrainConfig(_Section):
     seed: int = 1
     total_steps: int = 100_000       # agent steps (rows x steps) to train for
     horizon: int = 64                # steps per row per update (rollout length)
@@ -116,7 +128,7 @@ class TrainConfig:
 
 
 @dataclass
-class PolicyConfig:
+class PolicyConfig(_Section):
     hidden_size: int = 64
     num_layers: int = 2              # hidden layers in each of the actor and critic MLPs
     activation: str = "tanh"         # tanh | relu
