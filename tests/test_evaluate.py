@@ -168,6 +168,11 @@ def test_sampled_actions_are_seeded_and_differ_from_the_mode(tmp_path, capsys):
     env.close()
     assert 0.25 < np.mean(drawn != argmax) < 0.75
     np.testing.assert_array_equal(drawn, load_actor(path, env, sample_seed=3)(rows))
+    from peregrine.train import load_actor as package_load_actor   # the package's, too
+    np.testing.assert_array_equal(drawn, package_load_actor(path, env, sample_seed=3)(rows))
+    for bad in (1.5, -1, 2 ** 64):      # 1.5 was taken as 1; 2**64 overflowed in torch
+        with pytest.raises(ValueError, match="seed must be"):
+            load_actor(path, env, sample_seed=bad)
     with pytest.raises(ValueError, match="not a checkpoint"):
         evaluate("cartpole", "random", episodes=2, sample=True)
     assert main(["eval", "cartpole", "--policy", path, "--episodes", "32", "--sample",

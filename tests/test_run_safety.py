@@ -139,6 +139,13 @@ def test_a_directory_that_is_not_a_run_is_refused(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "is not empty and holds no Peregrine run" in err, err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.txt"]
+    # a file where the directory would go: one line, also with --overwrite (was a bare
+    # FileExistsError from Python)
+    for extra in ([], ["--overwrite"]):
+        assert cli_main(["train", "cartpole", *TINY, "--run-dir", str(tmp_path / "notes.txt"),
+                         "--total-steps", "256", *extra]) == 2
+        assert "is a file, not a directory" in capsys.readouterr().err
+    assert (tmp_path / "notes.txt").read_text() == "mine"
 
 
 def test_a_retry_after_a_crash_before_the_first_checkpoint_starts_clean(tmp_path, capsys):

@@ -386,3 +386,59 @@ def test_a_last_gradient_step_that_overflows_the_weights_is_caught_in_its_update
     with pytest.raises(FloatingPointError, match="update 1 .*non-finite weights"):
         trainer.update()
     trainer.close()
+
+
+def test_an_env_object_is_the_world_the_run_records(tmp_path):
+    """Trainer(config, env=...) trains on the env object: a native env of another name is
+    refused, and fields where it differs from config.env are warned about and recorded as
+    the env's (the checkpoint said max_steps 20 for a run trained at 500, and eval then
+    scored it at 20)."""
+    import peregrine
+    from peregrine.evaluate import evaluate
+    from peregrine.train import checkpoint
+    from peregrine.train.ppo import Trainer
+    config = load_config("cartpole", overrides=[("train.total_steps", 1024),
+                                                ("env.max_steps", 20)])
+    with peregrine.make("pendulum", num_envs=8) as other, pytest.raises(
+            ValueError, match="the env object is 'pendulum' but config.env.name is 'cartpole'"):
+        Trainer(config, env=other)
+    with pytest.warns(UserWarning, match="max_steps: config 20, env 500"):
+        trainer = Trainer(config, env=peregrine.make("cartpole", num_envs=8))
+    try:
+        trainer.update()
+        checkpoint.save(tmp_path / "latest.pt", trainer.state_dict())
+    finally:
+        trainer.close()
+    assert config.env["max_steps"] == 20        # the caller's config is left as it was
+    result = evaluate(None, str(tmp_path / "latest.pt"), episodes=2)
+    assert result["env_config"]["max_steps"] == 500
+
+
+@pytest.mark.parametrize("made", ["a name", "a Gymnasium env"])
+def test_an_env_object_without_the_batch_interface_is_named(made):
+    import gymnasium
+    from peregrine.train.ppo import Trainer
+    env = "cartpole" if made == "a name" else gymnasium.make("CartPole-v1")
+    with pytest.raises(TypeError, match=r"needs a batch .*has no num_agents.*"
+                                        r"peregrine.vector.make\(lambda: YourEnv\(\)"):
+        Trainer(load_config("cartpole"), env=env)
+
+
+def test_python_api_mistakes_are_named(tmp_path):
+    """train("cartpole"), progress="yes", a dict for config_file and a closed trainer each
+    failed with a generic Python error from deep inside (or, for progress, only after the
+    run directory was made)."""
+    from peregrine.train import train
+    from peregrine.train.ppo import Trainer
+    with pytest.raises(TypeError, match=r"train takes a Config.*train\(load_config\('cartpole'\)\)"):
+        train("cartpole")
+    config = load_config("cartpole", overrides=[("train.total_steps", 512)])
+    with pytest.raises(TypeError, match="progress is True"):
+        train(config, tmp_path / "run", progress="yes")
+    assert not (tmp_path / "run").exists()
+    with pytest.raises(TypeError, match=r"values go in overrides=\["):
+        load_config("cartpole", {"train": {"learning_rate": 3e-4}})
+    trainer = Trainer(config)
+    trainer.close()
+    with pytest.raises(RuntimeError, match="the trainer is closed"):
+        trainer.update()

@@ -227,3 +227,19 @@ def test_pettingzoo_refuses_agents_with_different_spaces():
             return spaces.Discrete(4 if agent != "a2" else 5)
     with pytest.raises(ValueError, match="different spaces"):
         pv.make(Mixed, backend="serial", num_envs=1)
+
+
+def test_a_pettingzoo_aec_env_from_a_callable_is_converted():
+    """`vector.make(lambda: rps_v2.env())`: an AEC env, converted to its parallel form as
+    a `module:function` name's is (it failed with "reset() returned NoneType ... the old
+    Gym API's reset")."""
+    rps_v2 = pytest.importorskip("pettingzoo.classic.rps_v2")
+    env = pv.make(lambda: rps_v2.env(max_cycles=5), num_envs=2, backend="serial", seed=0)
+    try:
+        env.reset(seed=0)
+        for _ in range(5):
+            env.step(np.zeros(env.num_agents, env.actions.dtype))
+        stats = env.episode_stats()
+        assert stats.count == 2 and stats.mean["episode_length"] == 5.0
+    finally:
+        env.close()

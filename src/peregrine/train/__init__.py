@@ -34,7 +34,9 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None,
     return _train(config, run_dir, **kwargs)
 
 
-def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True) -> Actor:
-    """A deterministic actor from a checkpoint (see `checkpoint.load_actor`)."""
+def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
+               sample_seed: int | None = None) -> Actor:
+    """A deterministic actor from a checkpoint, or with `sample_seed` one that samples
+    (see `checkpoint.load_actor`)."""
     from .checkpoint import load_actor as _load_actor
-    return _load_actor(path, env, check_world)
+    return _load_actor(path, env, check_world, sample_seed)

@@ -464,7 +464,10 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
     from .environment import action_mask_slice
     mask_slice = action_mask_slice(env, payload.get("env_name"),
                                    payload["config"].get("policy", {}).get("action_mask", "auto"))
-    generator = None if sample_seed is None else torch.Generator().manual_seed(int(sample_seed))
+    if sample_seed is not None:     # 1.5 was taken as 1, and 2**64 overflowed in torch
+        from ..envs.native.batch import resolve_seed
+        sample_seed = resolve_seed(sample_seed)
+    generator = None if sample_seed is None else torch.Generator().manual_seed(sample_seed)
     return Actor(policy, env.single_action_space, build_obs_normalizer(payload, policy, label),
                  mask_slice, generator)
 

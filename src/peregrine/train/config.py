@@ -304,6 +304,11 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         env_name = recorded_name(factory)
         if not env_name.startswith(CALLABLE_PREFIX):
             factory = None      # the import path is the whole truth, as from TOML
+    if config_file is not None and not isinstance(config_file, (str, os.PathLike)):
+        raise TypeError(f"config_file is a TOML file's path or the name of a shipped variant, "
+                        f"got {type(config_file).__name__}"
+                        + (": values go in overrides=[(\"train.learning_rate\", 3e-4), ...]"
+                           if isinstance(config_file, dict) else ""))
     layers: list[tuple[dict, Path | None]] = []     # (values, the file they came from)
     if base is not None:
         layers.append((base, None))

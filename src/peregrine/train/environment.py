@@ -25,6 +25,7 @@ streams, and the run continues bit for bit as if never stopped. Envs without
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
@@ -256,3 +257,44 @@ class StepClock:
                              in zip(self.events[::2], self.events[1::2])) / 1000.0
             self.events = []
         return self.total
+
+
+# What the trainer reads of an env object (Trainer(config, env=...)).
+BATCH_MEMBERS = ("num_agents", "single_observation_space", "single_action_space",
+                 "observations", "reset", "step", "episode_stats", "close")
+
+
+def recorded_world(config, env):
+    """The config a run on the env object `env` records. An object without the batch
+    interface is a TypeError naming what makes one; a native env (or a vector env of
+    one) under another name than config.env's is refused; where its fields differ
+    from config.env's, a warning names them and the record takes the env's, so the
+    checkpoint's world is the one that trained (eval and make_trained_env rebuild it)."""
+    from ..envs.native.protocols import Configured
+    missing = [member for member in BATCH_MEMBERS if not hasattr(env, member)]
+    if missing:
+        raise TypeError(
+            f"Trainer(config, env=...) needs a batch (peregrine.make, peregrine.vector.make "
+            f"or an object with the batch interface), got {type(env).__name__}, which has no "
+            f"{', '.join(missing)}: peregrine.vector.make(lambda: YourEnv(), num_envs=N) "
+            f"makes one of a Gymnasium or PettingZoo env; without env=, the trainer makes "
+            f"config.env's itself")
+    from ..vector.sources import is_native_name
+    name = getattr(env, "name", None)
+    if not (isinstance(env, Configured) and isinstance(name, str) and is_native_name(name)):
+        return config
+    if name != config.env_name:
+        raise ValueError(f"the env object is {name!r} but config.env.name is "
+                         f"{config.env_name!r}: a config's hyperparameters and recorded world "
+                         f"are its env's; load_config({name!r}) gives {name}'s")
+    from .checkpoint import world_differences
+    differences = world_differences(config.env_kwargs, name, env)
+    if not differences:
+        return config
+    import warnings
+    shown = ", ".join(f"{key}: config {ours!r}, env {theirs!r}"
+                      for key, (ours, theirs) in sorted(differences.items()))
+    warnings.warn(f"the env object differs from config.env ({shown}); the run trains on the "
+                  f"env object and records its values", UserWarning, stacklevel=3)
+    recorded = {**config.env, **{key: theirs for key, (_, theirs) in differences.items()}}
+    return dataclasses.replace(config, env=recorded)

@@ -162,6 +162,7 @@ class Trainer:
     """
 
     def __init__(self, config, env=None, teacher=None, dist=None):
+        self.closed = False
         recheck(config)     # a config changed (or built) after load_config: its checks again
         t = config.train
         check_features(config, teacher_object=teacher is not None, env_object=env is not None,
@@ -174,6 +175,8 @@ class Trainer:
             torch_startup.use_deterministic_algorithms()
         torch.manual_seed(t.seed)
         self.owns_env = env is None
+        if env is not None:     # the world the run records is the one that trains
+            self.config = config = environment.recorded_world(config, env)
         self.env = environment.make_env(config, self._env_seed(t.seed), self.device) \
             if env is None else env
         try:
@@ -390,6 +393,9 @@ class Trainer:
     # ---- one update -------------------------------------------------------------------
     def update(self) -> dict:
         """One rollout + learning phase; returns the metrics record for it."""
+        if self.closed:
+            raise RuntimeError("the trainer is closed (Trainer.close, or its `with` block "
+                               "ended): make a new Trainer, or load_state_dict into one")
         t = self.config.train
         if self.exact_resume:
             environment.reseed_streams(self.env, t.seed, self.updates, self._env_seed)
@@ -651,6 +657,7 @@ class Trainer:
         self.env.episode_stats(clear=True)
 
     def close(self) -> None:
+        self.closed = True
         collector = getattr(self, "collector", None)
         if collector is not None:       # before the env: a split half may be stepping
             collector.close()

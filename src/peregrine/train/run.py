@@ -119,6 +119,13 @@ def train(config: Config, run_dir: str | os.PathLike[str] | None = None, resume:
     With `resume=True`, `run_dir` must hold a checkpoint to continue from; without
     it, `run_dir` must be new or empty unless `overwrite` (run_dir.py).
     """
+    if not isinstance(config, Config):
+        raise TypeError(f"train takes a Config, got {type(config).__name__} {config!r}"
+                        + (f": train(load_config({config!r}))" if isinstance(config, str)
+                           else ""))
+    if not (progress is None or isinstance(progress, bool) or callable(progress)):
+        raise TypeError(f"progress is True (print progress lines), None or a function of "
+                        f"the record, got {progress!r}")
     plan = RunPlan(config, None if run_dir is None else Path(run_dir), resume, overwrite,
                    distributed.place())
     return train_plan(plan, progress, stop, on_start)

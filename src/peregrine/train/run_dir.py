@@ -110,7 +110,7 @@ def describe(run_dir: str | os.PathLike[str]) -> str:
     checkpoint) or 'other'."""
     run_dir = Path(run_dir)
     if not run_dir.is_dir():
-        return "missing"        # (a file in the way: creating the directory says so)
+        return "missing"        # (a file in the way: claim_new refuses it)
     names = {entry.name for entry in run_dir.iterdir()} - {LOCK_NAME}
     if not names:
         return "empty"
@@ -138,11 +138,13 @@ def refusal(run_dir: str | os.PathLike[str], state: str) -> str | None:
     when it may)."""
     if state == "run":
         return (f"run directory {str(run_dir)!r} already holds a run (a checkpoint); continue "
-                f"it with --resume {run_dir}, or pass --overwrite to move it aside and start "
-                f"a new run there")
+                f"it with --resume {run_dir} (in Python: train(config, run_dir, resume=True)), "
+                f"or pass --overwrite (overwrite=True) to move it aside and start a new run "
+                f"there")
     if state == "other":
         return (f"run directory {str(run_dir)!r} is not empty and holds no Peregrine run; "
-                f"choose another --run-dir, or pass --overwrite to move it aside")
+                f"choose another --run-dir (run_dir), or pass --overwrite (overwrite=True) to "
+                f"move it aside")
     return None
 
 
@@ -150,6 +152,9 @@ def claim_new(run_dir: str | os.PathLike[str], overwrite: bool = False) -> RunLo
     """Locks `run_dir` for a new run, making it fit for one (see the module
     docstring); returns the lock to hold for the life of the run."""
     run_dir = Path(run_dir)
+    if os.path.lexists(run_dir) and not run_dir.is_dir():
+        raise RunDirectoryError(f"run directory {str(run_dir)!r} is a file, not a directory: "
+                                f"choose another --run-dir (run_dir)")
     _refuse_if_in_use(run_dir)
     if not overwrite:      # refused before anything is written into the directory
         problem = refusal(run_dir, describe(run_dir))

@@ -64,10 +64,23 @@ def is_native_batch(env) -> bool:
     return isinstance(env, (NativeEnv, Batch))
 
 
+def as_parallel(env):
+    """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged."""
+    try:
+        from pettingzoo.utils.env import AECEnv
+    except ImportError:
+        return env
+    if isinstance(env, AECEnv):
+        from pettingzoo.utils.conversions import aec_to_parallel
+        return aec_to_parallel(env)
+    return env
+
+
 def emulate(env, buffers=None, seed=None, index=0):
-    """The unit for one env object (Gymnasium env or VectorEnv, PettingZoo parallel, or
-    native batch); `index` is its (first) env's index in the vector env, for error
-    messages."""
+    """The unit for one env object (Gymnasium env or VectorEnv, PettingZoo parallel or
+    AEC env, or native batch); `index` is its (first) env's index in the vector env,
+    for error messages."""
+    env = as_parallel(env)
     if isinstance(env, VectorEnv):
         return GymnasiumVectorEmulation(env, buffers=buffers, seed=seed, index=index)
     if isinstance(env, GymnasiumEnv):
@@ -87,6 +100,7 @@ def single_action_space(env):
     """The action space one row of `env` (an object `emulate` takes) acts in, without
     emulating it: a vector env's single space, a PettingZoo env's first possible agent's
     (emulation needs every agent to share it)."""
+    env = as_parallel(env)
     if isinstance(env, VectorEnv) or is_native_batch(env):
         return env.single_action_space
     if isinstance(env, GymnasiumEnv):

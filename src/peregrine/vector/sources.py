@@ -337,13 +337,13 @@ class EnvFactory:
                 module = "pettingzoo." + self.name[len(PETTINGZOO_PREFIX):]
                 made = _resolve_attribute(module, "parallel_env", name)
                 with self._keywords_named(made):
-                    return _as_parallel(made(**self.kwargs))
+                    return made(**self.kwargs)
             function = self.function
             if function is None:
                 module, _, attribute = self.name.partition(":")
                 function = _resolve_attribute(module, attribute, name)
             with self._keywords_named(function):
-                return _as_parallel(function(**self.kwargs))
+                return function(**self.kwargs)
         except ModuleNotFoundError as error:    # raised inside the env's own import
             raise EnvSourceError(_missing(error, name)) from None
         except ImportError as error:
@@ -425,18 +425,6 @@ class EnvFactory:
                 kwargs["wrappers"] = [partial(cls, **arguments) for cls, arguments in
                                       map(resolve_wrapper, self.wrappers)]
         return kwargs
-
-
-def _as_parallel(env):
-    """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged."""
-    try:
-        from pettingzoo.utils.env import AECEnv
-    except ImportError:
-        return env
-    if isinstance(env, AECEnv):
-        from pettingzoo.utils.conversions import aec_to_parallel
-        return aec_to_parallel(env)
-    return env
 
 
 __all__ = ["EnvFactory", "EnvSourceError", "EnvKeywordError", "kind_of", "is_native_name",
