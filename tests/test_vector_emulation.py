@@ -243,3 +243,21 @@ def test_a_pettingzoo_aec_env_from_a_callable_is_converted():
         assert stats.count == 2 and stats.mean["episode_length"] == 5.0
     finally:
         env.close()
+
+
+@pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
+def test_a_first_reset_without_a_seed_plays_the_construction_seed(backend):
+    """`vector.make(..., seed=5).reset()` is `reset(seed=5)` for an emulated env too, as
+    for a native batch (it played seed 5's second episode: the construction had reset
+    with it already); after a step, a reset without a seed continues each env's stream."""
+    def first(reset_seed, step_first=False):
+        env = pv.make("gym:CartPole-v1", num_envs=2, num_workers=2, seed=5, backend=backend)
+        try:
+            if step_first:
+                env.reset()
+                env.step(np.zeros(2, env.actions.dtype))
+            return env.reset(seed=reset_seed)[0].copy()
+        finally:
+            env.close()
+    np.testing.assert_array_equal(first(None), first(5))
+    assert not np.array_equal(first(None, step_first=True), first(5))

@@ -85,7 +85,7 @@ class EnvRecipe:
         if self.is_native:
             unit = self.env_class(num_envs=envs_per_block, seed=unit_seed(seed, block_index),
                                   num_threads=self.num_threads, buffers=buffers, **self.config)
-            return Block([unit], [block_index])
+            return Block([unit], [block_index], seed)
         units, indices = [], []
         units_per_block = envs_per_block // envs_per_unit
         rows_per_unit = envs_per_unit * agents_per_env
@@ -100,7 +100,7 @@ class EnvRecipe:
             for unit in units:
                 unit.close()
             raise
-        return Block(units, indices)
+        return Block(units, indices, seed)
 
 
 def slice_buffers_from(buffers: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
@@ -108,18 +108,28 @@ def slice_buffers_from(buffers: dict[str, Any], start: int, stop: int) -> dict[s
 
 
 class Block:
-    """Units stepping in turn over contiguous rows of one set of buffers."""
+    """Units stepping in turn over contiguous rows of one set of buffers.
 
-    def __init__(self, units, unit_indices):
+    A reset without a seed before any step plays the construction seed's first
+    episodes again (`vector.make(..., seed=s).reset()` is `reset(seed=s)`, as a native
+    batch's first reset is); after a step it continues each env's own stream."""
+
+    def __init__(self, units, unit_indices, seed=None):
         self.units = units
         self.unit_indices = unit_indices
+        self.seed = seed
+        self.stepped = False
 
     def reset(self, seed=None):
+        if seed is None and not self.stepped:
+            seed = self.seed
+        self.stepped = False
         for unit, index in zip(self.units, self.unit_indices):
             unit.reset(seed=unit_seed(seed, index))
 
     def step(self):
         """Steps every unit with the actions already in its rows."""
+        self.stepped = True
         for unit in self.units:
             unit.step(unit.actions)
 
