@@ -262,6 +262,8 @@ def test_reset_with_per_row_seeds_and_masks():
     np.testing.assert_array_equal(observations[2], peregrine.make("cartpole", seed=11).observations[0])
     with pytest.raises(ValueError, match="one seed per sub-env \\(4\\)"):
         envs.reset(seed=[1, 2])
+    with pytest.raises(ValueError, match="seed must be an int, None or a list .* got 1.5"):
+        envs.reset(seed=1.5)        # was "TypeError: 'float' object is not iterable"
     with pytest.raises(ValueError, match="reset_mask'\\] must be a NumPy bool array"):
         envs.reset(options={"reset_mask": [True] * 4})
     with pytest.raises(ValueError, match="at least one"):
@@ -490,3 +492,12 @@ def test_held_instances_are_not_stepped_and_masked_resets_touch_only_the_mask(na
         held_env.reset_instances(mask, seeds=[1])
     for env in (held_env, free_env, one):
         env.close()
+
+
+def test_make_names_the_keywords_a_single_env_does_not_take():
+    """num_envs and seed given to gymnasium.make clashed with the env's own arguments
+    ("got multiple values for keyword argument 'num_envs'")."""
+    with pytest.raises(ValueError, match=r"gymnasium.make_vec\(id, num_envs=N\)"):
+        gymnasium.make("peregrine/CartPole-v1", num_envs=4)
+    with pytest.raises(ValueError, match=r"reset\(seed=S\)"):
+        gymnasium.make("peregrine/CartPole-v1", seed=4)

@@ -442,3 +442,22 @@ def test_python_api_mistakes_are_named(tmp_path):
     trainer.close()
     with pytest.raises(RuntimeError, match="the trainer is closed"):
         trainer.update()
+
+
+def test_a_batch_whose_episode_stats_is_not_episode_stats_is_named():
+    """A batch of one's own returning a dict from episode_stats() failed deep in the
+    trainer ("'dict' object has no attribute 'count'")."""
+    from test_train_bootstrap import CounterEnv
+    from peregrine.train.ppo import Trainer
+
+    class DictStats(CounterEnv):
+        def episode_stats(self, clear=True):
+            return {"episode_return": 1.0}
+    trainer = Trainer(load_config("cartpole", overrides=[("train.horizon", 8)]),
+                      env=DictStats())
+    try:
+        with pytest.raises(TypeError, match="episode_stats\\(\\) returned dict; it must "
+                                            "return an EpisodeStats"):
+            trainer.update()
+    finally:
+        trainer.close()

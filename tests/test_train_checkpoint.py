@@ -241,6 +241,9 @@ def test_missing_checkpoint_and_wrong_env(saved_checkpoint, tmp_path):
     from test_train_bootstrap import CounterEnv
     with pytest.raises(ValueError, match="does not exist"):
         checkpoint.load_actor(tmp_path / "nope.pt", CounterEnv())
+    (tmp_path / "runs").mkdir()     # a folder without one: named as such, not as a path
+    with pytest.raises(ValueError, match=r"'.*runs' holds no checkpoint \(neither"):
+        checkpoint.load_actor(tmp_path / "runs", CounterEnv())
     with pytest.raises(ValueError, match="trained on 'cartpole'"):
         checkpoint.load_actor(saved_checkpoint, CounterEnv())
 

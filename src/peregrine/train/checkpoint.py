@@ -62,8 +62,11 @@ def load(path: str | os.PathLike[str], map_location: str | torch.device = "cpu")
     if path.is_dir():
         from .run_dir import CHECKPOINT_NAME, checkpoint_path
         # a run directory, or a folder holding a checkpoint (a run's checkpoints/)
-        candidate = checkpoint_path(path)
-        path = candidate if candidate.is_file() else path / CHECKPOINT_NAME
+        candidate, inside = checkpoint_path(path), path / CHECKPOINT_NAME
+        if not candidate.is_file() and not inside.is_file():
+            raise ValueError(f"{str(path)!r} holds no checkpoint (neither {str(candidate)!r} "
+                             f"nor {str(inside)!r}): give a run directory or a checkpoint file")
+        path = candidate if candidate.is_file() else inside
     if not path.is_file():
         raise ValueError(f"checkpoint {str(path)!r} does not exist")
     raw = path.read_bytes()

@@ -79,6 +79,7 @@ from collections import deque
 import numpy as np
 import torch
 
+from ..envs.native.batch import EpisodeStats
 from ..envs.native.protocols import ObservationSlots, stat_names
 from . import compiling
 from . import environment
@@ -551,6 +552,10 @@ class Trainer:
         episode statistics (default: read from the env; overlap.py passes the actor's)."""
         if stats is None:
             stats = self.env.episode_stats(clear=True)
+            if not isinstance(stats, EpisodeStats):
+                raise TypeError(f"the env's episode_stats() returned {type(stats).__name__}; "
+                                f"it must return an EpisodeStats (peregrine.envs.native.batch: "
+                                f"EpisodeStats(count, mean, std), or EpisodeStats() for none)")
         resources = self.resources.sample()
         if self.dist is not None:   # dist hook: every rank's episodes, losses and memory
             stats, losses = self.dist.reduce_update(stats, losses, self.stat_names, memory=(

@@ -383,6 +383,9 @@ class GymnasiumVectorEnv(IndependentCopies, VectorEnv):
 
     def _row_seeds(self, seed):
         """Per-instance seeds from one seed (or None) per sub-env."""
+        if isinstance(seed, (str, bytes)) or not hasattr(seed, "__len__"):
+            raise ValueError(f"seed must be an int, None or a list of one per sub-env "
+                             f"({self.num_envs}), got {seed!r}")
         seeds = list(seed)
         if len(seeds) != self.num_envs:
             raise ValueError(f"seed as a list must hold one seed per sub-env ({self.num_envs}),"
@@ -511,6 +514,11 @@ class GymnasiumEnv(IndependentCopies, Env):
 
     def __init__(self, name: str, render_mode: str | None = None, **config: Any) -> None:
         cls = env_class(name)
+        if "num_envs" in config:
+            raise ValueError("gymnasium.make gives one env: gymnasium.make_vec(id, "
+                             "num_envs=N) gives N")
+        if "seed" in config:
+            raise ValueError("gymnasium.make takes no seed: seed the env with reset(seed=S)")
         if "max_steps" in config and config["max_steps"] is None:
             config["max_steps"] = _field_maximum(cls, "max_steps")
         batch = cls(num_envs=1, seed=None, **config)
