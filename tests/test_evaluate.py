@@ -316,3 +316,11 @@ def test_render_takes_actions_as_eval_does():
         assert 1 < steps < 500 and len(frames) == steps
     finally:
         env.close()
+
+
+def test_a_seed_near_the_top_survives_the_rounds():
+    """Rounds add 1,000,003 to the seed: at 2**64 - 1 the second round's seed overflowed
+    ("seed must be less than 2**64") for a seed evaluate had accepted."""
+    from peregrine.evaluate import evaluate
+    assert evaluate("cartpole", "random", episodes=6, num_envs=2,
+                    seed=2 ** 64 - 1)["episodes"] == 6

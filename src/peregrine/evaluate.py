@@ -24,8 +24,8 @@ episode (a batch that took "the first N episodes to finish" would favour
 short ones). The C batch keeps one statistics row per instance; after a step
 in which episodes ended, the rows of instances finishing their first episode
 hold exactly that episode (`env.instance_stats()`), and later episodes of
-instances already counted are ignored. Round r > 0 uses seed + r * 1_000_003,
-and each round's batch has as many instances as episodes are still needed (at
+instances already counted are ignored. Round r > 0 uses seed + r * 1_000_003 (modulo
+2**64), and each round's batch has as many instances as episodes are still needed (at
 most `num_envs`), so which episodes are counted never depends on their outcome.
 """
 from __future__ import annotations
@@ -226,7 +226,8 @@ def _run_rounds(episodes: int, num_envs: int, seed: int, make_round_env, bind, f
     `first_episodes(env, policy, round_seed, instances)` -> (count, sums, squares)."""
     count, sums, squares, names, bound = 0, None, None, None, None
     for round_index in range(-(-episodes // num_envs)):
-        round_seed = int(seed) + round_index * ROUND_SEED_STRIDE
+        # modulo 2**64: a seed near the top stays a seed (distinct rounds stay distinct)
+        round_seed = (int(seed) + round_index * ROUND_SEED_STRIDE) % (1 << 64)
         instances = min(num_envs, episodes - count)
         env = make_round_env(instances, round_seed)
         try:
