@@ -40,6 +40,15 @@ def test_a_bool_for_a_real_valued_field_is_refused(value):
         peregrine.make("cartpole", num_envs=2, gravity=value)
 
 
+def test_a_bool_is_a_flags_value_only():
+    """An integer field of [0, 1] takes a bool; any other integer field refuses it
+    (max_steps=True was max_steps 1)."""
+    with pytest.raises(ValueError, match=r"config field 'max_steps' must be a number, got True"):
+        peregrine.make("cartpole", num_envs=2, max_steps=True)
+    with peregrine.make("drone_swarm", num_envs=1, obs_report=True) as env:
+        assert env.config["obs_report"] == 1
+
+
 def test_repr_names_the_batch_shape():
     with peregrine.make("drone_swarm", num_envs=3, num_threads=2, seed=0) as env:
         assert repr(env) == (f"{type(env).__name__}(num_envs=3, agents_per_env="

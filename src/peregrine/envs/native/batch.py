@@ -341,7 +341,8 @@ class NativeEnv:
         resolved.update(config)
         for name, _default, low, high, is_integer in cls.config_fields():
             value = resolved[name]
-            if isinstance(value, (bool, np.bool_)) and not is_integer:
+            # a bool is a flag's value (an integer field of [0, 1]); max_steps=True was 1
+            if isinstance(value, (bool, np.bool_)) and not (is_integer and low == 0 and high == 1):
                 raise ValueError(f"config field {name!r} must be a number, got {value!r}")
             try:
                 number = float(value)
