@@ -480,10 +480,14 @@ def test_unusable_run_directory_is_one_clear_line(tmp_path, capsys, where):
     blocker = tmp_path / "file"
     blocker.write_text("x")
     run_dir = blocker / "run" if where == "under_a_file" else blocker
-    assert cli_main(["train", "cartpole", "--detach", "--run-dir", str(run_dir),
-                     "--total-steps", "256", "--vec.num-envs", "8"]) == 1
+    code = cli_main(["train", "cartpole", "--detach", "--run-dir", str(run_dir),
+                     "--total-steps", "256", "--vec.num-envs", "8"])
     err = capsys.readouterr().err
-    assert ("Not a directory" in err or "File exists" in err) and "Traceback" not in err
+    if where == "is_a_file":    # refused before anything is made (a usage error)
+        assert code == 2 and "is a file, not a directory" in err
+    else:
+        assert code == 1 and "Not a directory" in err
+    assert "Traceback" not in err
     assert blocker.read_text() == "x"
 
 
