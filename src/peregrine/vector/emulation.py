@@ -64,6 +64,10 @@ def is_native_batch(env) -> bool:
     return isinstance(env, (NativeEnv, Batch))
 
 
+NOT_AN_ENV = ("env must create a gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv or a "
+              "native Peregrine env, got {}")
+
+
 def as_parallel(env):
     """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged."""
     try:
@@ -90,10 +94,6 @@ def emulate(env, buffers=None, seed=None, index=0):
     if is_parallel_env(env):
         return PettingZooEmulation(env, buffers=buffers, seed=seed, index=index)
     raise ValueError(NOT_AN_ENV.format(type(env).__name__))
-
-
-NOT_AN_ENV = ("env must create a gymnasium.Env or VectorEnv, a PettingZoo ParallelEnv or a "
-              "native Peregrine env, got {}")
 
 
 def single_action_space(env):
