@@ -8,7 +8,7 @@ from gymnasium import spaces
 
 from peregrine.cli import main
 from peregrine.train.config import CONTINUOUS_DEFAULTS, TrainConfig, load_config
-from peregrine.vector.emulation import single_action_space
+from peregrine.vector.emulation import single_spaces
 
 
 class Reach(gym.Env):
@@ -97,17 +97,52 @@ def test_an_env_that_cannot_be_made_is_left_to_the_trainer():
     assert config.defaults == "" and config.train == TrainConfig()
 
 
-def test_single_action_space_of_every_kind_of_env():
+def test_single_spaces_of_every_kind_of_env():
     from any_env_toys import cartpole_native_batch, cartpole_vector_env, tag_parallel_env
-    assert single_action_space(Reach()) == Reach().action_space
-    assert single_action_space(tag_parallel_env()) == spaces.Discrete(2)
+    assert single_spaces(Reach()) == (Reach.observation_space, Reach().action_space)
+    tag = tag_parallel_env()
+    assert single_spaces(tag) == (tag.observation_space(tag.possible_agents[0]),
+                                  spaces.Discrete(2))
     vector, native = cartpole_vector_env(2), cartpole_native_batch(2)
     try:
-        assert single_action_space(vector) == spaces.Discrete(2)
-        assert single_action_space(native) == native.single_action_space
+        assert single_spaces(vector) == (vector.single_observation_space, spaces.Discrete(2))
+        assert single_spaces(native) == (native.single_observation_space,
+                                         native.single_action_space)
     finally:
         vector.close()
         native.close()
+
+
+class Steer(Reach):
+    """Reach with a camera: an (H, W, C) uint8 image that the policy encodes (a CNN)."""
+
+    observation_space = spaces.Box(0, 255, (36, 36, 3), np.uint8)
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros((36, 36, 3), np.uint8), {}
+
+    def step(self, action):
+        return np.zeros((36, 36, 3), np.uint8), 0.0, True, False, {}
+
+
+def steer():
+    return Steer()
+
+
+def test_images_keep_the_rest_but_not_observation_normalisation(tmp_path):
+    """train.normalize_obs is refused for rows the policy encodes, so an image env (gym's
+    CarRacing) would have failed at its start on the defaults meant to help it."""
+    config = load_config(steer)
+    assert config.defaults == "continuous" and config.train.normalize_obs is False
+    assert {key: value for key, value in overlaid(config).items() if key != "normalize_obs"} \
+        == {key: value for key, value in CONTINUOUS_DEFAULTS["train"].items()
+            if key != "normalize_obs"}
+    flat = load_config(steer, overrides=[("policy.encoder", "flat")])
+    assert overlaid(flat) == CONTINUOUS_DEFAULTS["train"]     # flat rows: standardised
+    assert main(["train", f"{__name__}:steer", "--total-steps", "128", "--vec.num-envs", "2",
+                 "--train.horizon", "64", "--train.update-epochs", "1", "--detach",
+                 "--train.tensorboard", "false", "--run-dir", str(tmp_path / "run")]) == 0
 
 
 def test_the_cli_says_a_run_starts_from_them(tmp_path, capsys):

@@ -407,6 +407,12 @@ def world_differences(trained: dict, env_name: str, env: Any) -> dict:
             if env.config.get(key) != value}
 
 
+def describe_differences(differences: dict, ours: str) -> str:
+    """`differences` ({field: (ours, env's)}) as one line: 'field: OURS a, env b, ...'."""
+    return ", ".join(f"{key}: {ours} {a!r}, env {b!r}"
+                     for key, (a, b) in sorted(differences.items()))
+
+
 def emulated_world_differences(trained: dict, env: Any) -> dict:
     """{what: (trained, env's)} where a vector env made from a Gymnasium, PettingZoo or
     factory name (its recipe's EnvFactory) is not the emulated env `trained` (the
@@ -460,8 +466,8 @@ def load_actor(path: str | os.PathLike[str], env: Any, check_world: bool = True,
             differences = emulated_world_differences(trained_env, env)
         if differences:
             import warnings
-            shown = ", ".join(f"{k}: trained {a!r}, env {b!r}" for k, (a, b) in sorted(differences.items()))
-            warnings.warn(f"{label} was trained in another world than this env's ({shown}); "
+            warnings.warn(f"{label} was trained in another world than this env's "
+                          f"({describe_differences(differences, 'trained')}); "
                           f"peregrine.train.checkpoint.make_trained_env(path) builds the trained one",
                           UserWarning, stacklevel=2)
     from .environment import action_mask_slice

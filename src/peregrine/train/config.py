@@ -162,8 +162,9 @@ SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
 # actions are continuous (a Box action space) and that has no shipped config starts
 # from these instead (load_config, under every file and override): no entropy bonus
 # (it widens a Gaussian that must narrow), more and smaller gradient steps per sample
-# (10 epochs of 64-sample minibatches), a running normalisation of observations and
-# rewards. Measured on fresh seeds: benchmarks/RESULTS.md, "Continuous control defaults".
+# (10 epochs of 64-sample minibatches), a running normalisation of observations (flat
+# rows only: _continuous_overlay leaves it out for an image or Dict the policy encodes)
+# and rewards. Measured on fresh seeds: benchmarks/RESULTS.md, "Continuous control defaults".
 CONTINUOUS_DEFAULTS = {
     "train": {"ent_coef": 0.0, "update_epochs": 10, "minibatch_size": 64,
               "learning_rate": 3e-4, "normalize_obs": True, "normalize_reward": True},
@@ -338,13 +339,14 @@ def load_config(env_name: str | None = None, config_file: str | os.PathLike[str]
         from ..vector.sources import kind_of
         kind_of(env_name)      # an unknown name fails here, with the kinds of names listed
     if base is None and not shipped_config_path(env_name).is_file():
-        continuous = _layered(env_name, factory, [(CONTINUOUS_DEFAULTS, None)] + layers,
-                              overrides)
-        # The env is made to read its action space only where those defaults would change
-        # something (files and overrides that set every key they name skip it).
-        if continuous != config and _continuous_actions(config):
-            config = continuous
-            config.defaults = "continuous"
+        # The env is made to read its spaces only where the continuous-action defaults
+        # would change something (files and overrides that set every key they name skip it).
+        if _layered(env_name, factory, [(CONTINUOUS_DEFAULTS, None)] + layers,
+                    overrides) != config:
+            overlay = _continuous_overlay(config)
+            if overlay is not None:
+                config = _layered(env_name, factory, [(overlay, None)] + layers, overrides)
+                config.defaults = "continuous"
     validate(config)
     return config
 
@@ -381,10 +383,12 @@ def _layered(env_name: str, factory, layers, overrides) -> Config:
     return config
 
 
-def _continuous_actions(config: Config) -> bool:
-    """Whether the config's env acts in a Box action space: one env is made (with the
-    config's [env] keywords) and closed again. An env that cannot be made gives False:
-    the trainer makes it next and reports why."""
+def _continuous_overlay(config: Config) -> dict | None:
+    """CONTINUOUS_DEFAULTS for the config's env when it acts in a Box action space, else
+    None. One env is made (with the config's [env] keywords) and closed again; an env
+    that cannot be made gives None: the trainer makes it next and reports why. Where the
+    policy encodes the observations (an image, a Dict: policy.encoder), which
+    train.normalize_obs cannot standardise, the overlay leaves normalize_obs out."""
     from gymnasium.spaces import Box
     try:
         if config.is_native:
@@ -393,13 +397,20 @@ def _continuous_actions(config: Config) -> bool:
         else:
             env = config.env_source().vector_envs_of(1)()
         try:
-            from ..vector.emulation import single_action_space
-            space = single_action_space(env)
+            from ..vector.emulation import single_spaces
+            observation_space, action_space = single_spaces(env)
         finally:
             env.close()
     except Exception:   # noqa: BLE001 - reported where the run makes its env
-        return False
-    return isinstance(space, Box)
+        return None
+    if not isinstance(action_space, Box):
+        return None
+    from .encoders import needs_encoder
+    if config.policy.encoder != "flat" and needs_encoder(observation_space):
+        return {section: {key: value for key, value in values.items()
+                          if key != "normalize_obs"}
+                for section, values in CONTINUOUS_DEFAULTS.items()}
+    return CONTINUOUS_DEFAULTS
 
 
 def apply_dict(config: Config, data: dict) -> None:

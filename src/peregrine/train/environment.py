@@ -287,14 +287,13 @@ def recorded_world(config, env):
         raise ValueError(f"the env object is {name!r} but config.env.name is "
                          f"{config.env_name!r}: a config's hyperparameters and recorded world "
                          f"are its env's; load_config({name!r}) gives {name}'s")
-    from .checkpoint import world_differences
+    from .checkpoint import describe_differences, world_differences
     differences = world_differences(config.env_kwargs, name, env)
     if not differences:
         return config
     import warnings
-    shown = ", ".join(f"{key}: config {ours!r}, env {theirs!r}"
-                      for key, (ours, theirs) in sorted(differences.items()))
-    warnings.warn(f"the env object differs from config.env ({shown}); the run trains on the "
+    warnings.warn(f"the env object differs from config.env "
+                  f"({describe_differences(differences, 'config')}); the run trains on the "
                   f"env object and records its values", UserWarning, stacklevel=3)
     recorded = {**config.env, **{key: theirs for key, (_, theirs) in differences.items()}}
     return dataclasses.replace(config, env=recorded)

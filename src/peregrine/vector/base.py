@@ -7,6 +7,7 @@ from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import check_action_array
 from .common import BUFFER_NAMES, Buffers, buffers_layout, check_count
+from .spaces import action_high
 
 
 class VectorBase:
@@ -62,13 +63,8 @@ class VectorBase:
         # negatives become huge, so one comparison against the highest valid
         # value catches both ends.
         self._action_unsigned = np.dtype(f"u{self._action_dtype.itemsize}")
-        if isinstance(action_space, spaces.Discrete):
-            self._action_high = np.asarray(action_space.n - 1).astype(self._action_unsigned)
-        elif isinstance(action_space, spaces.MultiDiscrete):
-            self._action_high = (np.asarray(action_space.nvec, np.int64) - 1).astype(
-                self._action_unsigned)
-        else:
-            self._action_high = None
+        high = action_high(action_space)
+        self._action_high = None if high is None else high.astype(self._action_unsigned)
         return layout
 
     def _enable_exact_state(self):

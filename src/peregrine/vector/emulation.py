@@ -96,17 +96,20 @@ def emulate(env, buffers=None, seed=None, index=0):
     raise ValueError(NOT_AN_ENV.format(type(env).__name__))
 
 
-def single_action_space(env):
-    """The action space one row of `env` (an object `emulate` takes) acts in, without
-    emulating it: a vector env's single space, a PettingZoo env's first possible agent's
-    (emulation needs every agent to share it)."""
+def single_spaces(env) -> tuple:
+    """(observation space, action space) of one row of `env` (an object `emulate` takes),
+    without emulating it: a vector env's single spaces, a PettingZoo env's first possible
+    agent's (emulation needs every agent to share them). The observation space is the
+    env's own (a Dict, an image), before flattening; an env that puts an action mask in
+    its info (Discrete actions only) adds it to the rows when emulated."""
     env = as_parallel(env)
     if isinstance(env, VectorEnv) or is_native_batch(env):
-        return env.single_action_space
+        return env.single_observation_space, env.single_action_space
     if isinstance(env, GymnasiumEnv):
-        return env.action_space
+        return env.observation_space, env.action_space
     if is_parallel_env(env):
-        return env.action_space(env.possible_agents[0])
+        agent = env.possible_agents[0]
+        return env.observation_space(agent), env.action_space(agent)
     raise ValueError(NOT_AN_ENV.format(type(env).__name__))
 
 

@@ -34,6 +34,7 @@ from ..envs.native.batch import IndependentCopies, UnknownKeywordError
 from ..envs.native import drawing
 from ..envs.native.protocols import ExactState, InstanceReset, InstanceStats
 from ..envs.registry import ENVS, env_class, renderer
+from .spaces import action_high
 
 if TYPE_CHECKING:   # stable-baselines3 is optional
     from stable_baselines3.common.vec_env import VecEnv
@@ -49,15 +50,10 @@ def check_integer_actions(space, actions: np.ndarray) -> None:
 
 
 def check_action_range(space, actions: np.ndarray) -> None:
-    """ValueError for integer actions of a discrete space (one agent's `space`) outside
-    its values (0..n-1 for Discrete(n), per column for MultiDiscrete and MultiBinary)."""
-    if isinstance(space, spaces.Discrete):
-        high = np.asarray(space.n - 1)
-    elif isinstance(space, spaces.MultiDiscrete):
-        high = np.asarray(space.nvec) - 1
-    elif isinstance(space, spaces.MultiBinary):
-        high = np.ones(space.shape, np.int64)
-    else:
+    """ValueError for integer actions of a batch's discrete action space (one agent's
+    `space`) outside its values, 0..action_high(space)."""
+    high = action_high(space)
+    if high is None:
         return
     bad = (actions < 0) | (actions > high)
     if bad.any():

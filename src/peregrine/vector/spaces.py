@@ -42,6 +42,20 @@ def leaves(space, path=()):
                          "\"FilterObservation\", filter_keys = [...]}]")
 
 
+def action_high(space):
+    """The highest valid value of each action of a batch's action space, as int64 (a
+    0-d array for Discrete(n): n - 1; per column for MultiDiscrete: nvec - 1); None for
+    Box. Batch action spaces start at 0 (an env's own `start` is added back when its
+    actions are rebuilt), so the valid values are 0..action_high."""
+    if isinstance(space, spaces.Discrete):
+        return np.asarray(int(space.n) - 1, np.int64)
+    if isinstance(space, spaces.MultiDiscrete):
+        return np.asarray(space.nvec, np.int64) - 1
+    if isinstance(space, spaces.Box):
+        return None
+    raise ValueError(f"{space} is not a batch action space (Discrete, MultiDiscrete or Box)")
+
+
 def _leaf_bounds(leaf):
     """(shape, low, high) of one leaf, bounds raveled as float64."""
     if isinstance(leaf, spaces.Box):
