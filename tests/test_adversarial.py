@@ -114,6 +114,23 @@ def test_buffers_larger_than_ram_are_a_clear_memory_error(monkeypatch):
     peregrine.make("cartpole", num_envs=1000).close()   # 1000 rows fit in 1 MiB
 
 
+def test_the_storage_estimate_counts_images_as_the_uint8_they_are_stored_in(monkeypatch):
+    """An image is stored once, as uint8: PettingZoo's pistonball (20 agents of 457x120x3
+    at 16 envs, 3.4 GB of storage) was refused as 25 GiB on a 23.5 GiB machine."""
+    from peregrine.train.config import load_config
+    from peregrine.train.ppo import check_memory
+    config = load_config("cartpole", overrides=[("train.horizon", 64)])
+    rows, pixels = 320, 457 * 120 * 3
+    stored = 64 * rows * (pixels + (2 * 1 + 16) * 4)
+    monkeypatch.setattr(native_env, "physical_memory", lambda: stored + 1)
+    check_memory(config, rows, pixels, np.dtype(np.uint8), 1)
+    with pytest.raises(MemoryError, match=r"rollout storage \(train.horizon x rows\) needs "
+                                          r"about 12.6 GiB, more than this machine's 3.1 GiB"):
+        check_memory(config, rows, pixels, np.dtype(np.float32), 1)   # normalised: float32
+    with pytest.raises(MemoryError, match="rollout storage"):
+        check_memory(config, rows + 1, pixels, np.dtype(np.uint8), 1)
+
+
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
 def test_vector_backends_refuse_buffers_larger_than_ram(backend, monkeypatch):
     def no_segment(*args, **kwargs):

@@ -32,6 +32,13 @@ from ..envs.native.protocols import AgentMasks
 from .normalize import ObservationNormalizer, RewardScaler
 
 
+def storage_dtype(normalized: bool, observation_dtype):
+    """dtype of the stored policy input: the observations' own (`observation_dtype`, a
+    torch or NumPy dtype: uint8 images stay uint8), torch.float32 once `normalized`
+    (train.normalize_obs)."""
+    return torch.float32 if normalized else observation_dtype
+
+
 class _Normalisers:
     """What both pipelines share: the optional normalisers and their checkpoint state."""
 
@@ -59,7 +66,7 @@ class _Normalisers:
     @property
     def storage_dtype(self) -> torch.dtype:
         """dtype of the stored policy input (float32 once normalised)."""
-        return torch.float32 if self.obs_norm is not None else self.obs_view.dtype
+        return storage_dtype(self.obs_norm is not None, self.obs_view.dtype)
 
     def state_dict(self) -> dict:
         return {"obs_normalizer": None if self.obs_norm is None else self.obs_norm.state_dict(),

@@ -92,7 +92,7 @@ from .critic_states import CriticStates, global_state_width
 from .encoders import unread_images
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
-from .observations import DeviceObservationPipeline, ObservationPipeline
+from .observations import DeviceObservationPipeline, ObservationPipeline, storage_dtype
 from .policy import Policy, describe_space, observation_structure
 from .resources import ResourceProbe, merge_ranks
 from .storage import RolloutStorage
@@ -126,17 +126,23 @@ def precision_context(precision: str, device: torch.device):
     return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
 
 
-def check_memory(config, rows: int, obs_dim: int, critic_width: int = 0) -> None:
+def check_memory(config, rows: int, obs_dim: int, obs_dtype,
+                 action_size: int, critic_width: int = 0) -> None:
     """MemoryError naming the settings when the rollout storage or the networks
     (a rough upper estimate) cannot fit in RAM: refused before allocating, since
-    an overcommitted allocation fails only when first written (the OOM killer)."""
+    an overcommitted allocation fails only when first written (the OOM killer).
+    The storage holds each observation once, in `obs_dtype` (a torch or NumPy dtype,
+    observations.storage_dtype's: an image's uint8 is a quarter of float32), beside
+    float32 columns: the critic's state, the actions (twice with a teacher) and 16 for
+    the per-sample scalars and flags."""
     from ..envs.native.batch import physical_memory
     t, p = config.train, config.policy
     width = max(p.hidden_size, p.lstm_size if p.lstm else 0)
     per_net = (obs_dim + 64) * width + max(p.num_layers - 1, 0) * width ** 2 \
         + (8 * width ** 2 if p.lstm else 0)
     model = 2 * per_net * 4 * 4      # actor + critic; weights, gradients, Adam's two moments
-    storage = t.horizon * rows * (2 * obs_dim + critic_width + 16) * 4
+    storage = t.horizon * rows * (obs_dim * obs_dtype.itemsize
+                                  + (critic_width + 2 * action_size + 16) * 4)
     ram = physical_memory()
     for what, size in (("the rollout storage (train.horizon x rows)", storage),
                        ("the policy (policy.hidden_size / lstm_size / num_layers)", model)):
@@ -280,8 +286,11 @@ class Trainer:
         critic_width = global_state_width(native, p.critic)
         slots = native.observation_slots if p.slot_encoder != "none" and \
             isinstance(native, ObservationSlots) else ()
-        check_memory(config, rows, math.prod(env.single_observation_space.shape), critic_width)
         action_space = env.single_action_space
+        observation_space = env.single_observation_space
+        check_memory(config, rows, math.prod(observation_space.shape),
+                     storage_dtype(t.normalize_obs, np.dtype(observation_space.dtype)),
+                     math.prod(action_space.shape), critic_width)
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
                                       critic_width, slots, structure=observation_structure(env)
                                       ).to(device)
