@@ -245,6 +245,18 @@ def test_a_pettingzoo_aec_env_from_a_callable_is_converted():
         env.close()
 
 
+def test_a_turn_based_aec_env_is_refused_by_name_and_as_an_object():
+    """PettingZoo's classic games act one agent at a time: PettingZoo's converter asserted
+    (a traceback), and a name said only that the module has no parallel_env."""
+    tictactoe_v3 = pytest.importorskip("pettingzoo.classic.tictactoe_v3")
+    with pytest.raises(ValueError, match=r"tictactoe_v3 is a turn-based PettingZoo env .* "
+                                         r"turn-based self-play is not supported"):
+        pv.make(tictactoe_v3.env, num_envs=1, backend="serial")
+    with pytest.raises(ValueError, match=r"env 'pettingzoo:classic.tictactoe_v3' is a "
+                                         r"turn-based PettingZoo env"):
+        pv.make("pettingzoo:classic.tictactoe_v3", num_envs=1, backend="serial")
+
+
 @pytest.mark.parametrize("backend", ["serial", "multiprocessing"])
 def test_a_first_reset_without_a_seed_plays_the_construction_seed(backend):
     """`vector.make(..., seed=5).reset()` is `reset(seed=5)` for an emulated env too, as

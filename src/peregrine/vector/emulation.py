@@ -68,13 +68,23 @@ NOT_AN_ENV = ("env must create a gymnasium.Env or VectorEnv, a PettingZoo Parall
               "native Peregrine env, got {}")
 
 
+TURN_BASED = ("{} is a turn-based PettingZoo env (an AEC env whose metadata does not set "
+              "is_parallelizable, as in PettingZoo's classic games): its agents act one at a "
+              "time, and Peregrine trains agents that act together, a batch row each (a "
+              "ParallelEnv, or an AEC env PettingZoo can convert to one); turn-based "
+              "self-play is not supported")
+
+
 def as_parallel(env):
-    """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged."""
+    """A PettingZoo AEC env as its ParallelEnv (PettingZoo's converter); others unchanged.
+    A turn-based AEC env, which PettingZoo cannot convert, is a ValueError saying so."""
     try:
         from pettingzoo.utils.env import AECEnv
     except ImportError:
         return env
     if isinstance(env, AECEnv):
+        if not env.metadata.get("is_parallelizable", False):
+            raise ValueError(TURN_BASED.format(f"the env {env}"))
         from pettingzoo.utils.conversions import aec_to_parallel
         return aec_to_parallel(env)
     return env

@@ -335,6 +335,10 @@ class EnvFactory:
             if self.kind == "pettingzoo":
                 _import("pettingzoo", name)     # its absence named before the module's
                 module = "pettingzoo." + self.name[len(PETTINGZOO_PREFIX):]
+                found = _import(module, name)
+                if not hasattr(found, "parallel_env") and hasattr(found, "env"):
+                    from .emulation import TURN_BASED     # an AEC module, classic's games
+                    raise EnvSourceError(TURN_BASED.format(f"env {name!r}"))
                 made = _resolve_attribute(module, "parallel_env", name)
                 with self._keywords_named(made):
                     return made(**self.kwargs)
