@@ -187,3 +187,53 @@ def test_one_core_affinity_backend_and_nproc_warn_alike(tmp_path):
     # the command says it in its own words, on one line; the library in Python's format
     assert "peregrine train: warning: 2 ranks" in nproc.stderr and "CoresWarning" not in nproc.stderr
     assert "CoresWarning: 2 workers" in backend.stderr
+
+
+def test_auto_torch_threads_give_a_cnn_the_cores_and_an_mlp_one(fake_machine, monkeypatch):
+    """train.torch_threads = 0: one thread for an MLP (a second one slowed LunarLander
+    1.9x on 2 cores), the available cores for a CNN (Pong's learning 1.8x faster with 2),
+    shared by the ranks on this machine and by the overlap's actor; a set value wins."""
+    import torch
+
+    from any_env_toys import image_env, parity_env
+    from peregrine.train.config import load_config
+    from peregrine.train.ppo import Trainer, learner_threads
+    fake_machine(cpus=8, path="/job", files=[("job/cpu.max", "600000 100000\n")])   # 6 cores
+    small = [("vec.backend", "serial"), ("vec.num_envs", 2), ("train.horizon", 4),
+             ("train.minibatch_size", 8)]
+    before = torch.get_num_threads()
+    try:
+        for make, auto in ((image_env, 6), (parity_env, 1)):
+            trainer = Trainer(load_config(make, overrides=small))
+            try:
+                assert trainer.config.train.torch_threads == 0      # recorded as auto
+                assert trainer.torch_threads == auto == torch.get_num_threads()
+                policy = trainer.policy
+            finally:
+                trainer.close()
+        image = Trainer(load_config(image_env, overrides=small + [("train.torch_threads", 2)]))
+        try:
+            assert image.torch_threads == 2 == torch.get_num_threads()
+            config = image.config
+        finally:
+            image.close()
+    finally:
+        torch.set_num_threads(before)
+    config.train.torch_threads = 0
+    assert learner_threads(config, policy) == 1                     # the MLP's policy
+    cnn = image.policy
+    assert learner_threads(config, cnn) == 6
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert learner_threads(config, cnn) == 1                        # 6 cores, 4 ranks
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "2")
+    assert learner_threads(config, cnn) == 3
+    config.train.overlap = True
+    assert learner_threads(config, cnn) == 1                        # and an actor each
+    # --nproc N divides a set count among the ranks and keeps auto
+    from peregrine.train import distributed
+    ranked = load_config("cartpole", overrides=[("vec.num_envs", 64),
+                                                ("train.minibatch_size", 64),
+                                                ("train.torch_threads", 0)])
+    assert dict(distributed.auto_ranks(ranked, 2)[1])["train.torch_threads"] == 0
+    ranked.train.torch_threads = 4
+    assert dict(distributed.auto_ranks(ranked, 2)[1])["train.torch_threads"] == 2

@@ -93,8 +93,10 @@ class TrainConfig(_Section):
     device: str = "cpu"              # cpu | cuda | auto
     precision: str = "fp32"          # fp32 | bf16: autocast of the policy's forward/backward
     #                                  (weights, optimizer state and losses stay fp32)
-    torch_threads: int = 1           # torch.set_num_threads; env threads are vec.num_threads.
-    #                                  > 1 pays off only with idle cores (see benchmarks/RESULTS.md)
+    torch_threads: int = 0           # torch.set_num_threads; env threads are vec.num_threads.
+    #                                  0 = auto (ppo.learner_threads): 1 for an MLP (> 1 pays
+    #                                  off only with idle cores, see benchmarks/RESULTS.md),
+    #                                  the available cores for a CNN over image observations
     deterministic: bool = True       # torch.use_deterministic_algorithms (cheap on CPU)
     checkpoint_interval: int = 50    # updates between checkpoints; 0 = only at the end
     progress_interval: int = 10      # updates between plain progress lines
@@ -616,7 +618,7 @@ def validate(config: Config) -> None:
     positive = [("vec.num_envs", v.num_envs), ("vec.num_threads", v.num_threads),
                 ("vec.num_workers", v.num_workers), ("train.total_steps", t.total_steps),
                 ("train.horizon", t.horizon), ("train.minibatch_size", t.minibatch_size),
-                ("train.update_epochs", t.update_epochs), ("train.torch_threads", t.torch_threads),
+                ("train.update_epochs", t.update_epochs),
                 ("policy.hidden_size", p.hidden_size), ("policy.lstm_size", p.lstm_size),
                 ("policy.bptt_horizon", p.bptt_horizon), ("policy.slot_size", p.slot_size)]
     for name, value in positive:
@@ -628,12 +630,13 @@ def validate(config: Config) -> None:
                    ("train.checkpoint_interval", t.checkpoint_interval),
                    ("train.progress_interval", t.progress_interval), ("train.seed", t.seed),
                    ("train.teacher_coef", t.teacher_coef), ("train.teacher_steps", t.teacher_steps),
-                   ("policy.num_layers", p.num_layers)]
+                   ("policy.num_layers", p.num_layers), ("train.torch_threads", t.torch_threads)]
     for name, value in nonnegative:
         if not value >= 0:    # NaN too
             raise ValueError(f"{name} must be >= 0, got {value}")
     if t.torch_threads > 1024:
-        raise ValueError(f"train.torch_threads must be in [1, 1024], got {t.torch_threads}")
+        raise ValueError(f"train.torch_threads must be in [0, 1024] (0: auto), got "
+                         f"{t.torch_threads}")
     if t.seed >= 1 << 64:
         raise ValueError(f"train.seed must be less than 2**64, got {t.seed}")
     for name, value in (("train.gamma", t.gamma), ("train.gae_lambda", t.gae_lambda)):

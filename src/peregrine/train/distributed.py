@@ -137,6 +137,14 @@ def place(environ=os.environ) -> Place:
         return Place()
 
 
+def local_world_size(environ=os.environ) -> int:
+    """How many ranks torchrun started on this machine (1 outside a launch)."""
+    try:
+        return max(1, int(environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
 def launched() -> bool:
     """True in a worker that torchrun started as one of several ranks."""
     return place().launched
@@ -277,7 +285,7 @@ def auto_ranks(config, cores: int) -> tuple[int, list[tuple[str, int]], str]:
     overrides = [("vec.num_envs", vec.num_envs // ranks),
                  ("train.minibatch_size", t.minibatch_size // ranks),
                  ("vec.num_threads", max(1, vec.num_threads // ranks)),
-                 ("train.torch_threads", max(1, t.torch_threads // ranks))]
+                 ("train.torch_threads", t.torch_threads and max(1, t.torch_threads // ranks))]
     return ranks, overrides, (f"{ranks} ranks (one per available core), each "
                               f"{vec.num_envs // ranks} envs and minibatches of "
                               f"{t.minibatch_size // ranks}: the global batch of one process")

@@ -156,6 +156,7 @@ class StructuredEncoder(nn.Module):
         self.parts = nn.ModuleList(_leaf_encoder(leaf, kind) for leaf in leaves)
         self.in_dim = flat.size
         self.out_dim = sum(part.out_dim for part in self.parts)
+        self.has_images = any(isinstance(part, ImageEncoder) for part in self.parts)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         leading = x.shape[:-1]

@@ -151,6 +151,25 @@ def check_memory(config, rows: int, obs_dim: int, obs_dtype,
                               f"machine's {ram / 2**30:,.1f} GiB of RAM")
 
 
+def learner_threads(config, policy) -> int:
+    """train.torch_threads, 0 (auto) resolved: 1 for a policy without a CNN (a small
+    MLP's matmuls: a second thread waits more than it works, LunarLander trained 1.9x
+    slower with 2 on 2 cores), else the cores this process may use, shared by the
+    processes that train beside it on this machine (its data-parallel ranks, the
+    overlap's actor): a Nature CNN over Pong's frames learned 1.8x faster with 2 on 2
+    cores (docs/your_env.md, "How it runs")."""
+    t = config.train
+    if t.torch_threads:
+        return t.torch_threads
+    encoder = policy.observation_encoder
+    if encoder is None or not encoder.has_images:
+        return 1
+    from ..vector.common import available_cores
+    from .distributed import local_world_size
+    sharing = local_world_size() * (2 if t.overlap else 1)
+    return max(1, available_cores() // sharing)
+
+
 class Trainer:
     """Owns the env batch, the policy, the optimizer and the parts of an update.
 
@@ -177,7 +196,7 @@ class Trainer:
         self.config = config
         self.dist = dist
         self.device = resolve_device(t.device) if dist is None else dist.device
-        torch.set_num_threads(t.torch_threads)
+        torch.set_num_threads(t.torch_threads or 1)    # auto: learner_threads, once built
         if t.deterministic:
             torch_startup.use_deterministic_algorithms()
         torch.manual_seed(t.seed)
@@ -201,6 +220,8 @@ class Trainer:
         self._say_action_bounds(config)
         self._say_unread_images(config)
         critic_width = self._build_policy(config)
+        self.torch_threads = learner_threads(config, self.policy)
+        torch.set_num_threads(self.torch_threads)
         self._say_large_encoder()
         self._build_rollout(config, observations, critic_width, teacher)
         self._choose_functions(config)
