@@ -165,9 +165,6 @@ def test_the_compatibility_table_names_only_real_features_and_each_pair_once():
 
 
 @pytest.mark.parametrize("facts, overrides, message", [
-    (dict(several_ranks=True), [("train.normalize_obs", True)],
-     r"^several ranks does not support train.normalize_obs yet \(the normalisers' statistics "
-     r"would differ between ranks\); turn those off or train in one process$"),
     (dict(several_ranks=True), [("vec.split", 2)], "vec.split = 2 does not support several ranks"),
     (dict(env_object=True), [("train.overlap", True)],
      "train.overlap = true does not support an env object"),
@@ -189,12 +186,13 @@ def test_facts_outside_the_config_are_checked_by_the_same_table(facts, overrides
         check_features(config, **facts)
 
 
-def test_the_launcher_refuses_normalisers_on_several_ranks_before_starting_them():
+def test_the_launcher_splits_a_normalised_config_over_ranks():
+    """The normalisers' statistics are synchronised once a rollout (normalize.py), so
+    several ranks take them; they were refused, and --nproc auto fell back to one."""
     from peregrine.train.distributed import auto_ranks
     ranks, overrides, why = auto_ranks(load_config("cartpole", overrides=[
-        ("train.normalize_reward", True)]), cores=2)
-    assert (ranks, overrides) == (1, [])
-    assert why.startswith("one process: several ranks does not support train.normalize_reward")
+        ("train.normalize_reward", True), ("train.normalize_obs", True)]), cores=2)
+    assert ranks == 2 and dict(overrides)["vec.num_envs"] == 16, why
 
 
 def test_a_quoted_number_gets_the_fix_and_a_word_does_not(tmp_path):

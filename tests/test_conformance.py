@@ -438,9 +438,10 @@ def test_nproc_auto_splits_the_one_process_batch_over_the_cores():
     assert dict(overrides)["vec.num_envs"] * ranks == config.vec.num_envs
     assert auto_ranks(config, cores=1)[0] == 1
     assert auto_ranks(config, cores=3)[0] == 2   # 128 envs: 3 does not divide, 2 does
-    # normalisation cannot run on several ranks: one process, saying why
-    ranks, overrides, why = auto_ranks(load_config("mountain_car", None, []), cores=2)
-    assert ranks == 1 and overrides == [] and "normalize" in why
+    # a feature that cannot run on several ranks: one process, saying why
+    ranks, overrides, why = auto_ranks(load_config("cartpole", None, [("vec.split", 2)]),
+                                       cores=2)
+    assert ranks == 1 and overrides == [] and "vec.split" in why
 
 
 @pytest.mark.slow

@@ -304,3 +304,27 @@ def test_two_compiled_ranks_match_two_eager_ranks(tmp_path):
         firsts[compile_] = updates[0]["losses"]
     for name in ("policy_loss", "value_loss", "entropy", "approx_kl"):
         assert firsts["true"][name] == pytest.approx(firsts["false"][name], rel=1e-4, abs=1e-6), name
+
+
+def test_two_ranks_train_with_normalisers_whose_statistics_agree(tmp_path):
+    """train.normalize_obs and normalize_reward on two ranks (they were refused): the
+    statistics are synchronised once a rollout, so both ranks' saved normalisers are the
+    same bits and count every observation of both ranks' rollouts (their first resets'
+    too)."""
+    run_dir = tmp_path / "run"
+    job = subprocess.run(
+        [sys.executable, "-m", "peregrine", "train", "mountain_car", "--nproc", "2", *QUIET,
+         "--run-dir", str(run_dir), "--total-steps", "512", "--vec.num-envs", "4",
+         "--train.minibatch-size", "32"], capture_output=True, text=True, timeout=WAIT,
+        cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    saved = checkpoint.load(run_dir)
+    assert saved["world_size"] == 2 and saved["config"]["train"]["normalize_obs"]
+    first, second = (rank["obs_normalizer"] for rank in saved["ranks"])
+    assert torch.equal(first["mean"], second["mean"]) and torch.equal(first["var"],
+                                                                      second["var"])
+    steps = saved["updates"] * saved["config"]["train"]["horizon"] + 1    # + the first reset
+    assert first["count"] == second["count"] == steps * 2 * saved["rows"]
+    rewards = [rank["reward_scaler"] for rank in saved["ranks"]]
+    assert torch.equal(rewards[0]["var"], rewards[1]["var"])
+    assert rewards[0]["count"] == first["count"] - 2 * saved["rows"]     # a reward a step

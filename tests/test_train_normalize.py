@@ -58,6 +58,49 @@ def test_masked_updates_equal_numpy_over_the_live_rows_only():
     torch.testing.assert_close(stats.var, unmasked.var, rtol=1e-12, atol=0)
 
 
+def test_ranks_synchronised_hold_the_statistics_of_every_rank_s_samples():
+    """Data-parallel ranks (normalize.py, RunningMeanStd.synchronise): three simulated
+    ranks update their own statistics from their own batches, some rows dead and one
+    rank with nothing new in a round; after each synchronisation every rank holds the
+    same bits, NumPy's mean and variance over every live sample any rank has seen, and
+    the observation normaliser's shift and scale follow. A rank that loaded a checkpoint
+    counts only what it saw after it."""
+    rng = np.random.default_rng(11)
+    ranks = [ObservationNormalizer(3) for _ in range(3)]
+    seen = []
+
+    def gather(_):      # every rank's increment, in rank order (DataParallel.gather_rows)
+        return torch.stack([rank.stats._increment() for rank in ranks])
+    for round_ in range(3):
+        for index, rank in enumerate(ranks):
+            if round_ == 1 and index == 2:
+                continue                                    # no new samples this round
+            for n in (5, 17):
+                batch = rng.normal([2.0, -300.0, 0.0], [1.0, 20.0, 1e-3],
+                                   size=(n, 3)).astype(np.float32)
+                live = rng.random(n) < 0.8
+                rank.update(torch.from_numpy(batch), torch.from_numpy(live))
+                seen.append(batch[live])
+        increments = gather(None)
+        for rank in ranks:
+            rank.synchronise(lambda _: increments)
+        data = np.concatenate(seen).astype(np.float64)
+        for rank in ranks:
+            assert torch.equal(rank.stats.mean, ranks[0].stats.mean)
+            assert torch.equal(rank.stats.var, ranks[0].stats.var)
+            assert rank.stats.count == len(data)
+            np.testing.assert_allclose(rank.stats.mean, data.mean(0), rtol=1e-12)
+            np.testing.assert_allclose(rank.stats.var, data.var(0), rtol=1e-9)
+            assert torch.equal(rank.shift, rank.stats.mean.float())
+    resumed = ObservationNormalizer(3)
+    resumed.load_state_dict(ranks[0].state_dict())
+    assert resumed.stats._increment()[0] == 0
+    resumed.update(torch.ones(4, 3))
+    assert resumed.stats._increment()[0] == 4
+    torch.testing.assert_close(resumed.stats._increment()[1:4],
+                               torch.ones(3, dtype=torch.float64))
+
+
 def test_observation_normalizer_formula_clip_and_input_untouched():
     norm = ObservationNormalizer(2, clip=3.0)
     data = np.array([[0.0, 10.0], [2.0, 10.0], [4.0, 10.0]], np.float32)

@@ -706,8 +706,6 @@ INCOMPATIBLE = (
      "process"),
     ("policy.critic other than 'local'", ("train.overlap", "vec.backend = 'multiprocessing'"),
      "the global state is written into the env batch's own buffers"),
-    (SEVERAL_RANKS, ("train.normalize_obs", "train.normalize_reward"),
-     "the normalisers' statistics would differ between ranks"),
 )
 
 

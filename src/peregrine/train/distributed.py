@@ -373,6 +373,16 @@ class DataParallel:
         self.all_reduce(buffer)
         return buffer.to(values.device)
 
+    def gather_rows(self, values: torch.Tensor) -> torch.Tensor:
+        """[world_size, numel] of every rank's 1-D `values` in rank order (on their own
+        device): each rank writes its row of a zeroed buffer and the sum is taken,
+        which adds only zeros to each row, so the rows arrive exactly."""
+        buffer = torch.zeros(self.world_size, values.numel(), dtype=values.dtype,
+                             device=self.comm_device)
+        buffer[self.rank] = values.to(self.comm_device)
+        self.all_reduce(buffer)
+        return buffer.to(values.device)
+
     def average_gradients(self, parameters) -> None:
         """One all-reduce of every gradient in one flat buffer; `.grad`s become its views."""
         parameters = [p for p in parameters if p.requires_grad]

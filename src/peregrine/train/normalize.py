@@ -61,6 +61,43 @@ class RunningMeanStd:
         self.mean = torch.zeros(self.shape, dtype=torch.float64, device=self.device)
         self.var = torch.ones(self.shape, dtype=torch.float64, device=self.device)
         self.count = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._mark_synchronised()
+
+    def _mark_synchronised(self) -> None:
+        """Remembers the statistics as they are now: what `synchronise` merges onto."""
+        self._base = (self.mean.clone(), self.var.clone(), self.count.clone())
+
+    def _increment(self) -> torch.Tensor:
+        """[n, mean..., var...] (float64) of the samples merged since the last
+        synchronisation, recovered from the union and the base by inverting the merge:
+        with a = base count, u = count, n = u - a,
+            mean_new = (u * mean - a * mean_base) / n
+            var_new  = (u * var - a * var_base - a * n / u * (mean_base - mean_new)**2) / n
+        (zeros for n = 0; the variance clamped at 0 against rounding)."""
+        base_mean, base_var, base_count = self._base
+        n = self.count - base_count
+        n_or_1, total_or_1 = n.clamp(min=1), self.count.clamp(min=1)
+        mean = (self.count * self.mean - base_count * base_mean) / n_or_1
+        spread = (base_mean - mean).square_().mul_(base_count * n / total_or_1)
+        var = ((self.count * self.var - base_count * base_var - spread) / n_or_1).clamp_(min=0)
+        return torch.cat([n.reshape(1), mean.reshape(-1), var.reshape(-1)])
+
+    def synchronise(self, gather) -> None:
+        """Data-parallel ranks: every rank's samples since the last call merged into
+        every rank's statistics, so that all ranks leave with the same ones, those of
+        every sample any rank has seen (up to float64 rounding). `gather(vector)` returns
+        [ranks, len(vector)], each rank's vector in rank order (DataParallel.gather_rows);
+        the increments are merged onto the last synchronised statistics in that order,
+        the same float64 operations on every rank."""
+        rows = gather(self._increment())
+        self.mean.copy_(self._base[0])
+        self.var.copy_(self._base[1])
+        self.count.copy_(self._base[2])
+        features = self.mean.numel()
+        for row in rows:
+            self._merge(row[1:1 + features].view(self.shape),
+                        row[1 + features:].view(self.shape), row[0])
+        self._mark_synchronised()
 
     def update(self, batch, live=None) -> None:
         """Merges a batch of samples (first axis = samples; NumPy or torch). `live`
@@ -138,6 +175,7 @@ class RunningMeanStd:
         self.mean.copy_(mean)
         self.var.copy_(var)
         self.count.fill_(int(state["count"]))
+        self._mark_synchronised()
 
 
 class ObservationNormalizer:
@@ -174,6 +212,11 @@ class ObservationNormalizer:
         out = torch.sub(x, self.shift, out=out) if out is not None else x - self.shift
         out.mul_(self.scale)
         return out.clamp_(-self.clip, self.clip)
+
+    def synchronise(self, gather) -> None:
+        """RunningMeanStd.synchronise, then the policy input's shift and scale."""
+        self.stats.synchronise(gather)
+        self._refresh()
 
     def state_dict(self) -> dict:
         return {**self.stats.state_dict(), "clip": self.clip}

@@ -68,6 +68,16 @@ class _Normalisers:
         """dtype of the stored policy input (float32 once normalised)."""
         return storage_dtype(self.obs_norm is not None, self.obs_view.dtype)
 
+    def synchronise(self, gather) -> None:
+        """Data-parallel ranks, once a rollout: every rank's normaliser statistics become
+        those of all ranks' samples (RunningMeanStd.synchronise); vec.split's halves
+        share one set, synchronised once here. The reward scaler's discounted returns
+        are its own rows' and stay the rank's."""
+        if self.obs_norm is not None:
+            self.obs_norm.synchronise(gather)
+        if self.reward_scaler is not None:
+            self.reward_scaler.stats.synchronise(gather)
+
     def state_dict(self) -> dict:
         return {"obs_normalizer": None if self.obs_norm is None else self.obs_norm.state_dict(),
                 "reward_scaler": None if self.reward_scaler is None

@@ -448,6 +448,8 @@ class Trainer:
         rest} (with vec.split also "env_hidden", collect.py)."""
         start = time.perf_counter()
         env_seconds = self.collect()
+        if self.dist is not None:   # dist hook: the normalisers' statistics of every rank
+            self.pipeline.synchronise(self.dist.gather_rows)
         self.advantages()
         return {"env": env_seconds, "forward": time.perf_counter() - start - env_seconds,
                 **self.collector.time_split()}
