@@ -437,6 +437,52 @@ def test_render_draws_the_state_an_emulated_episode_ended_in():
     unit.close()
 
 
+class _Drawing(any_env_toys._Chain):
+    """A chain that draws (render_mode "rgb_array"), or fails to when `broken`."""
+
+    def __init__(self, render_mode=None, broken=False):
+        super().__init__(4)
+        self.render_mode, self.broken = render_mode, broken
+
+    def render(self):
+        if self.broken:
+            raise RuntimeError("no OpenGL context\nsecond line")
+        drawn.append(os.environ.get("MUJOCO_GL"))
+        return np.zeros((4, 4, 3), np.uint8)
+
+
+drawn: list = []
+
+
+def drawing_chain(render_mode=None, broken=False):
+    return _Drawing(render_mode, broken)
+
+
+def test_render_says_which_env_could_not_draw_and_picks_egl_for_mujoco_headless(
+        tmp_path, monkeypatch, capsys):
+    """An env whose render() raised ended `peregrine render` in a traceback (MuJoCo's
+    FatalError without OpenGL); on a machine without a display render now lets MuJoCo
+    draw through EGL (MUJOCO_GL=egl) unless the user chose a backend."""
+    from peregrine.cli import main
+    for name in ("MUJOCO_GL", "DISPLAY", "WAYLAND_DISPLAY"):
+        monkeypatch.setenv(name, "")      # restored after the test, then cleared
+        monkeypatch.delenv(name)
+    target = f"{__name__}:drawing_chain"
+    assert main(["render", target, "--out", str(tmp_path / "a.gif"), "--steps", "2"]) == 0
+    assert drawn and set(drawn) == {"egl"}
+    monkeypatch.setenv("MUJOCO_GL", "osmesa")
+    drawn.clear()
+    assert main(["render", target, "--out", str(tmp_path / "b.gif"), "--steps", "2"]) == 0
+    assert set(drawn) == {"osmesa"}                                  # the user's choice
+    capsys.readouterr()
+    assert main(["render", target, "--out", str(tmp_path / "c.gif"),
+                 "--env.broken", "true"]) == 2
+    err = capsys.readouterr().err
+    assert f"{target} could not draw a frame (render_mode 'rgb_array'): RuntimeError: no " \
+           f"OpenGL context (MuJoCo draws with MUJOCO_GL=osmesa" in err
+    assert "Traceback" not in err and not (tmp_path / "c.gif").exists()
+
+
 def test_an_emulated_env_resumes_from_fresh_episodes(tmp_path):
     """Without get_state an emulated env cannot restore episodes in progress: a resume
     continues the counters and weights, and the envs start fresh episodes."""

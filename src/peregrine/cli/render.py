@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import sys
 
 from .eval import add_world_arguments, world_overrides
 
@@ -154,6 +156,8 @@ def _run_emulated(args) -> int:
         raise ValueError("--preset applies to native envs; an emulated env takes "
                          "--env.KEY VALUE (its make's keywords)")
     _, fields = world_overrides(args)
+    if headless():      # before the env imports mujoco, which reads it then
+        os.environ.setdefault("MUJOCO_GL", "egl")
     keywords = {"render_mode": "rgb_array",
                 **emulated_env_keywords(args.env, args.policy, fields)}
     factory = EnvFactory.from_keywords(args.env, keywords).vector_envs_of(1)
@@ -169,7 +173,10 @@ def _run_emulated(args) -> int:
     unit = emulate(made, seed=args.seed)
 
     def draw():
-        frame = unit.env.render()
+        try:
+            frame = unit.env.render()
+        except Exception as error:   # noqa: BLE001 - the env's own drawing, reported
+            raise ValueError(_drawing_failed(args.env, error)) from None
         if factory.kind == "gymnasium_vector" and isinstance(frame, (tuple, list)):
             return frame[0] if frame else None      # a vector env draws one frame per env
         return frame
@@ -184,6 +191,25 @@ def _run_emulated(args) -> int:
         raise ValueError(f"{args.env} drew no frame: it needs render_mode='rgb_array' "
                          f"(--env.render_mode rgb_array) and an env that supports it")
     return _finish(args, frames, steps, stats)
+
+
+def headless() -> bool:
+    """Linux without an X or Wayland display."""
+    return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
+        and not os.environ.get("WAYLAND_DISPLAY")
+
+
+def _drawing_failed(env_name: str, error: BaseException) -> str:
+    """One line for an env whose render() raised; for MuJoCo's envs, how to choose the
+    OpenGL backend it draws with (render sets MUJOCO_GL=egl on a headless machine)."""
+    text = str(error).strip().splitlines()
+    message = (f"{env_name} could not draw a frame (render_mode 'rgb_array'): "
+               f"{type(error).__name__}: {text[0] if text else ''}")
+    if "mujoco" in type(error).__module__ or "opengl" in str(error).lower():
+        message += (f" (MuJoCo draws with MUJOCO_GL={os.environ.get('MUJOCO_GL', 'glfw')}; "
+                    f"without a display use MUJOCO_GL=egl, or MUJOCO_GL=osmesa with Mesa's "
+                    f"OSMesa library installed)")
+    return message
 
 
 def write_gif(frames, out_path, frame_ms: int) -> None:
