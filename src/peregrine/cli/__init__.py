@@ -31,6 +31,12 @@ COMMANDS = {
 }
 
 
+def headless() -> bool:
+    """Linux without an X or Wayland display."""
+    return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
+        and not os.environ.get("WAYLAND_DISPLAY")
+
+
 def main(argv=None) -> int:
     # NumPy's OpenBLAS otherwise keeps spinning threads that compete with the
     # env threads on small machines; users can still set their own value.
@@ -39,8 +45,7 @@ def main(argv=None) -> int:
     # control) make their rgb_array frames with SDL's dummy video driver, instead of
     # SDL printing "error: XDG_RUNTIME_DIR is invalid" (which reads like a Peregrine
     # error) on every env it starts. No window could open there anyway.
-    if sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-            and not os.environ.get("WAYLAND_DISPLAY"):
+    if headless():
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     argv = list(sys.argv[1:] if argv is None else argv)
     top = argparse.ArgumentParser(prog="peregrine", description="Reinforcement learning built for throughput.")

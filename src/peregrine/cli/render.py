@@ -13,8 +13,8 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
-import sys
 
+from . import headless
 from .eval import add_world_arguments, world_overrides
 
 
@@ -191,12 +191,6 @@ def _run_emulated(args) -> int:
         raise ValueError(f"{args.env} drew no frame: it needs render_mode='rgb_array' "
                          f"(--env.render_mode rgb_array) and an env that supports it")
     return _finish(args, frames, steps, stats)
-
-
-def headless() -> bool:
-    """Linux without an X or Wayland display."""
-    return sys.platform.startswith("linux") and not os.environ.get("DISPLAY") \
-        and not os.environ.get("WAYLAND_DISPLAY")
 
 
 def _drawing_failed(env_name: str, error: BaseException) -> str:
