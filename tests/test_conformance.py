@@ -17,7 +17,6 @@ that need one skip with that reason where it is missing.
 from __future__ import annotations
 
 import copy
-import importlib
 import pickle
 import subprocess
 import sys
@@ -29,7 +28,7 @@ import pytest
 
 import peregrine
 from peregrine.envs.native.batch import UnknownKeywordError
-from peregrine.envs.registry import GYMNASIUM_IDS, GYMNASIUM_STEP_LIMITS, RENDERERS
+from peregrine.envs.registry import GYMNASIUM_IDS, GYMNASIUM_STEP_LIMITS
 
 SINGLE_AGENT = ["cartpole", "pendulum", "mountain_car", "mountain_car_continuous", "prospector"]
 ALL = SINGLE_AGENT + ["drone_swarm"]

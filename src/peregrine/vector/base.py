@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-from gymnasium import spaces
 from gymnasium.vector.utils import batch_space
 
 from ..envs.native.batch import check_action_array
