@@ -130,6 +130,53 @@ def steer():
     return Steer()
 
 
+class GoalReach(Reach):
+    """Reach with a Dict observation of real-valued leaves (a goal env's layout)."""
+
+    observation_space = spaces.Dict({"position": spaces.Box(-1.0, 1.0, (2,), np.float32),
+                                     "goal": spaces.Box(-1.0, 1.0, (2,), np.float32)})
+
+    def reset(self, seed=None, options=None):
+        super().reset(seed=seed)
+        return self._observe(), {}
+
+    def _observe(self):
+        return {"position": np.full(2, 0.5, np.float32), "goal": np.full(2, -3e-3, np.float32)}
+
+    def step(self, action):
+        return self._observe(), 0.0, True, False, {}
+
+
+def goal_reach():
+    return GoalReach()
+
+
+def test_a_dict_of_real_values_is_standardised_like_flat_rows():
+    """A Dict of Box leaves passes through its encoder unchanged, so normalize_obs
+    applies to it (it was refused with every Dict); a Dict with a discrete leaf is
+    still refused, naming the way out."""
+    import pytest
+
+    from peregrine.train.ppo import Trainer
+    config = load_config(goal_reach, overrides=[("vec.backend", "serial"),
+                                                ("vec.num_envs", 2)])
+    assert overlaid(config) == CONTINUOUS_DEFAULTS["train"]
+    trainer = Trainer(config)
+    try:
+        assert trainer.policy.observation_encoder is not None
+        assert trainer.pipeline.obs_norm is not None
+        trainer.update()
+        assert trainer.pipeline.obs_norm.stats.count > 0
+    finally:
+        trainer.close()
+    from any_env_toys import dict_env
+    refused = load_config(dict_env, overrides=[("vec.backend", "serial"),
+                                               ("train.normalize_obs", True)])
+    with pytest.raises(ValueError, match="images, uint8 or discrete values that the policy "
+                                         "encodes .*NormalizeObservation"):
+        Trainer(refused)
+
+
 def test_images_keep_the_rest_but_not_observation_normalisation(tmp_path):
     """train.normalize_obs is refused for rows the policy encodes, so an image env (gym's
     CarRacing) would have failed at its start on the defaults meant to help it."""

@@ -164,8 +164,8 @@ SECTIONS = {"vec": VecConfig, "train": TrainConfig, "policy": PolicyConfig}
 # actions are continuous (a Box action space) and that has no shipped config starts
 # from these instead (load_config, under every file and override): no entropy bonus
 # (it widens a Gaussian that must narrow), more and smaller gradient steps per sample
-# (10 epochs of 64-sample minibatches), a running normalisation of observations (flat
-# rows only: _continuous_overlay leaves it out for an image or Dict the policy encodes)
+# (10 epochs of 64-sample minibatches), a running normalisation of observations
+# (real-valued ones: _continuous_overlay leaves it out for images or discrete values)
 # and rewards. Measured on fresh seeds: benchmarks/RESULTS.md, "Continuous control defaults".
 CONTINUOUS_DEFAULTS = {
     "train": {"ent_coef": 0.0, "update_epochs": 10, "minibatch_size": 64,
@@ -389,8 +389,8 @@ def _continuous_overlay(config: Config) -> dict | None:
     """CONTINUOUS_DEFAULTS for the config's env when it acts in a Box action space, else
     None. One env is made (with the config's [env] keywords) and closed again; an env
     that cannot be made gives None: the trainer makes it next and reports why. Where the
-    policy encodes the observations (an image, a Dict: policy.encoder), which
-    train.normalize_obs cannot standardise, the overlay leaves normalize_obs out."""
+    policy encodes observations that train.normalize_obs cannot standardise (an image,
+    discrete values: encoders.standardisable), the overlay leaves normalize_obs out."""
     from gymnasium.spaces import Box
     try:
         if config.is_native:
@@ -407,8 +407,8 @@ def _continuous_overlay(config: Config) -> dict | None:
         return None
     if not isinstance(action_space, Box):
         return None
-    from .encoders import needs_encoder
-    if config.policy.encoder != "flat" and needs_encoder(observation_space):
+    from .encoders import standardisable
+    if config.policy.encoder != "flat" and not standardisable(observation_space):
         return {section: {key: value for key, value in values.items()
                           if key != "normalize_obs"}
                 for section, values in CONTINUOUS_DEFAULTS.items()}

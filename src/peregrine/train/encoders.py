@@ -57,6 +57,18 @@ def image_layout(shape) -> tuple[int, int, int, bool]:
     return first, shape[1], shape[2], False
 
 
+def standardisable(space) -> bool:
+    """Whether train.normalize_obs can standardise the flat rows of `space` (an emulated
+    env's own observation space; None for a native env's rows): only real-valued Box
+    leaves that are not images and not uint8, whose encoder passes the row on as it is
+    (a Dict of positions and goals, say). An image, a uint8 leaf (scaled by 1/255) or a
+    discrete one (one-hot) is read by the encoder in its own units."""
+    if space is None:
+        return True
+    return all(isinstance(leaf, spaces.Box) and not is_image(leaf)
+               and np.dtype(leaf.dtype) != np.uint8 for _, leaf in _leaves(space))
+
+
 def needs_encoder(space) -> bool:
     """Whether `space`'s flat rows need an encoder (anything but one flat real leaf)."""
     if space is None:

@@ -89,7 +89,7 @@ from .collect import (RolloutParts, RolloutState, SplitCollector, SyncCollector,
                       policy_step)
 from .config import check_features, recheck
 from .critic_states import CriticStates, global_state_width
-from .encoders import unread_images
+from .encoders import standardisable, unread_images
 from .kickstart import Kickstarter
 from .loss import LossStats, evaluate_flat, evaluate_segments, ppo_loss
 from .observations import DeviceObservationPipeline, ObservationPipeline, storage_dtype
@@ -315,11 +315,12 @@ class Trainer:
         self.policy = policy = Policy(env.single_observation_space, action_space, p,
                                       critic_width, slots, structure=observation_structure(env)
                                       ).to(device)
-        if t.normalize_obs and policy.observation_encoder is not None:
-            raise ValueError("train.normalize_obs standardises flat rows, but this env's rows "
-                             "hold images, discrete values or a Dict that the policy encodes "
-                             "(policy.encoder); normalise Box leaves with a wrapper instead "
-                             "(env.wrappers = [\"NormalizeObservation\"]) or set "
+        if t.normalize_obs and policy.observation_encoder is not None \
+                and not standardisable(observation_structure(env)):
+            raise ValueError("train.normalize_obs standardises real-valued rows, but this "
+                             "env's rows hold images, uint8 or discrete values that the policy "
+                             "encodes (policy.encoder); normalise Box leaves with a wrapper "
+                             "instead (env.wrappers = [\"NormalizeObservation\"]) or set "
                              "policy.encoder = \"flat\"")
         # No torch._dynamo import for a trainer that never compiles (torch_startup.py).
         torch_startup.defer_dynamo_in_optimizer(torch.optim.Adam)
