@@ -133,8 +133,8 @@ def check_memory(config, rows: int, obs_dim: int, obs_dtype,
     an overcommitted allocation fails only when first written (the OOM killer).
     The storage holds each observation once, in `obs_dtype` (a torch or NumPy dtype,
     observations.storage_dtype's: an image's uint8 is a quarter of float32), beside
-    float32 columns: the critic's state, the actions (twice with a teacher) and 16 for
-    the per-sample scalars and flags."""
+    float32 columns: the critic's state, the actions twice (room for a teacher's labels)
+    and 16 for the per-sample scalars and flags."""
     from ..envs.native.batch import physical_memory
     t, p = config.train, config.policy
     width = max(p.hidden_size, p.lstm_size if p.lstm else 0)
